@@ -1,0 +1,1 @@
+"""leased-outbox adapters: everything that touches the world."""

@@ -1,0 +1,1 @@
+"""leased-outbox core."""

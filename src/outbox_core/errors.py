@@ -1,0 +1,89 @@
+"""The one error hierarchy of ``outbox_core``.
+
+Every error the core raises derives from :class:`OutboxError`, so a host can catch the whole family
+with one clause. Errors that reject a bad value also derive from :class:`ValueError`, so code written
+against plain Python conventions still catches them::
+
+    OutboxError
+    ├── ConfigurationError (ValueError)   a setting that can't work, refused at construction
+    ├── InvalidMessage (ValueError)       a message refused at enqueue (or found undeliverable at send)
+    │   ├── InvalidPayload                 not a JSON object, too large, a required field missing
+    │   ├── InvalidRecipient               not a safe addr-spec (control characters, bad syntax, ...)
+    │   └── UnsafeHeader                   a header value that could inject a header or a line
+    ├── IllegalTransition                 a move the delivery state machine does not allow
+    ├── RequeueRefused                    a requeue that would resend a sent message or lose data
+    ├── StaleMark                         a mark whose claim was superseded (the fence said no)
+    │   └── StaleDeliveryMark              the same, for a webhook delivery row
+    └── WebhookVerificationError          a webhook whose signature, timestamp or headers don't verify
+
+Messages are sentences that name the offending value and the state it was in.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "IllegalTransition",
+    "InvalidMessage",
+    "InvalidPayload",
+    "InvalidRecipient",
+    "OutboxError",
+    "RequeueRefused",
+    "StaleDeliveryMark",
+    "StaleMark",
+    "UnsafeHeader",
+    "WebhookVerificationError",
+]
+
+
+class OutboxError(Exception):
+    """Base of every error raised by leased-outbox."""
+
+
+class ConfigurationError(OutboxError, ValueError):
+    """A configuration that cannot work; raised when the object is built, never later."""
+
+
+class InvalidMessage(OutboxError, ValueError):
+    """A message that must not be sent as it stands."""
+
+
+class InvalidPayload(InvalidMessage):
+    """A payload that is not a JSON object, is too large, or lacks a required field."""
+
+
+class InvalidRecipient(InvalidMessage):
+    """An address that is not a plain, safe addr-spec."""
+
+
+class UnsafeHeader(InvalidMessage):
+    """A header value that could add a header or a line to the message."""
+
+
+class IllegalTransition(OutboxError):
+    """A state change the delivery state machine does not allow."""
+
+    def __init__(self, state: object, event: object) -> None:
+        self.state = state
+        self.event = event
+        super().__init__(f"a row in state {state!s} cannot take event {event!s}")
+
+
+class RequeueRefused(OutboxError):
+    """A requeue refused because it would resend a sent message or send an incomplete one."""
+
+
+class StaleMark(OutboxError):
+    """A mark refused by the fence: the row is no longer pending under the caller's claim token.
+
+    The work was done, but another holder owns the row's outcome now (its lease expired and a sibling
+    re-claimed it, or the row was already resolved). The mark is dropped, never applied.
+    """
+
+
+class StaleDeliveryMark(StaleMark):
+    """A webhook-delivery mark refused by the fence."""
+
+
+class WebhookVerificationError(OutboxError):
+    """A received webhook whose headers, timestamp or signature do not verify."""

@@ -1,0 +1,122 @@
+"""Frozen value types that cross the ports: claim tokens, claimed rows and marks.
+
+A claim hands the worker :class:`ClaimedRow` values; the worker hands the store :class:`Mark`
+values. A mark carries the claim token it was issued under, and the store applies it only while the
+row is still ``pending`` under that same token (the fence of catalogue C10).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TypeAlias
+
+import attrs
+
+from outbox_core._validators import aware, optional_aware
+from outbox_core.delivery import Status
+
+__all__ = ["ClaimToken", "ClaimedRow", "JSONObject", "Mark", "RowId"]
+
+#: A decoded JSON object, as stored in a row's payload.
+JSONObject: TypeAlias = Mapping[str, Any]
+#: Row identifiers are whatever the store uses (a bigint in PostgreSQL).
+RowId: TypeAlias = int | str
+
+_TOKEN_ALPHABET = frozenset(string.ascii_letters + string.digits + "-_")
+
+
+def _token_value(_inst: object, _attribute: object, value: str) -> None:
+    if not isinstance(value, str) or not 8 <= len(value) <= 64 or not _TOKEN_ALPHABET >= set(value):
+        raise ValueError(
+            f"a claim token is 8 to 64 characters of [A-Za-z0-9_-], got {value!r}"
+        )
+
+
+@attrs.frozen
+class ClaimToken:
+    """The fencing token a claim issues; every mark of that claim must present it.
+
+    The core never makes randomness: the adapter supplies entropy (``secrets.token_bytes(16)``)
+    or the database does (``gen_random_uuid()``).
+    """
+
+    value: str = attrs.field(validator=_token_value)
+
+    @classmethod
+    def from_entropy(cls, entropy: bytes) -> ClaimToken:
+        if len(entropy) < 8:
+            raise ValueError(f"a claim token needs at least 8 bytes of entropy, got {len(entropy)}")
+        return cls(entropy.hex())
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen
+class ClaimedRow:
+    """One row a claim handed to this worker, leased until :attr:`lease_expires_at`."""
+
+    #: The store's id for the row.
+    id: RowId
+    #: The lane (queue) the row belongs to, e.g. ``"email"``.
+    lane: str
+    #: The decoded payload, exactly as enqueued.
+    payload: JSONObject
+    #: Claims so far, this one included (always >= 1 on a claimed row).
+    attempts: int = attrs.field(validator=attrs.validators.ge(1))
+    #: The fencing token of this claim.
+    token: ClaimToken
+    #: When the lease ends and a sibling may claim the row again.
+    lease_expires_at: datetime = attrs.field(validator=aware)
+    #: When the row was enqueued.
+    created_at: datetime = attrs.field(validator=aware)
+
+
+def _check_mark(inst: Mark, _attribute: object, _value: object) -> None:
+    status = inst.status
+    if (status is Status.PENDING) != (inst.next_attempt_at is not None):
+        raise ValueError("a retry mark (status pending) needs next_attempt_at, and only it has one")
+    if inst.scrub_keys and status not in (Status.DISPATCHED, Status.SKIPPED):
+        raise ValueError(
+            f"only a dispatched or skipped mark scrubs the payload; a {status} row keeps it whole"
+        )
+    if status in (Status.FAILED, Status.PENDING, Status.SKIPPED) and not inst.reason:
+        raise ValueError(f"a {status} mark needs a reason")
+
+
+@attrs.frozen
+class Mark:
+    """The result to record for one claimed row. Build it with the named constructors."""
+
+    #: The row to mark.
+    row_id: RowId
+    #: The claim token the mark was issued under: the fence.
+    token: ClaimToken
+    #: The status to set.
+    status: Status
+    #: Why (failed, retry, skipped); stored as the row's last error. Never a secret.
+    reason: str | None = None
+    #: When a retried row is due again (retry marks only).
+    next_attempt_at: datetime | None = attrs.field(default=None, validator=optional_aware)
+    #: Payload keys removed in the same UPDATE (dispatched and skipped marks only).
+    scrub_keys: frozenset[str] = attrs.field(
+        default=frozenset(), converter=frozenset, validator=_check_mark
+    )
+
+    @classmethod
+    def dispatched(cls, row: ClaimedRow, *, scrub_keys: frozenset[str]) -> Mark:
+        return cls(row.id, row.token, Status.DISPATCHED, scrub_keys=scrub_keys)
+
+    @classmethod
+    def skipped(cls, row: ClaimedRow, reason: str, *, scrub_keys: frozenset[str]) -> Mark:
+        return cls(row.id, row.token, Status.SKIPPED, reason, scrub_keys=scrub_keys)
+
+    @classmethod
+    def failed(cls, row: ClaimedRow, reason: str) -> Mark:
+        return cls(row.id, row.token, Status.FAILED, reason)
+
+    @classmethod
+    def retry(cls, row: ClaimedRow, reason: str, *, next_attempt_at: datetime) -> Mark:
+        return cls(row.id, row.token, Status.PENDING, reason, next_attempt_at=next_attempt_at)

@@ -1,0 +1,241 @@
+"""The ports: every seam between the worker loop and the world, as ``typing.Protocol``.
+
+Ports are few, coarse and named for domain operations (``claim_due``, ``mark_if_pending``,
+``requeue_failed``), never ``execute(sql)``. They take frozen parameter objects, so a new optional
+argument never breaks an adapter. Adapters satisfy them structurally: nothing to inherit.
+
+One contract suite runs against every implementation of a port (the in-memory fakes and every real
+adapter), so a fake cannot drift from the real thing.
+
+=====================  ===================================================================
+port                   satisfied by (``outbox_adapters``)
+=====================  ===================================================================
+:class:`OutboxStore`   ``memory.MemoryStore``, ``postgres.PostgresStore``
+:class:`Mailer`        ``smtp.SmtpMailer``, ``memory.RecordingMailer``
+:class:`WebhookSender` ``webhooks.HttpxWebhookSender``
+:class:`Publisher`     ``nats.JetStreamPublisher``, ``kafka.KafkaPublisher``
+:class:`Consumer`      ``nats.JetStreamConsumer``, ``kafka.KafkaConsumer``
+:class:`Clock`         ``clock.SystemClock``, ``clock.FakeClock``
+:class:`LeaderLease`   ``postgres.PostgresLeaderLease``, ``memory.MemoryLeaderLease``
+:class:`RowHandler`    the host's handler, or ``email.EmailHandler``
+=====================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from outbox_core._validators import optional_aware, positive
+from outbox_core.mail import OutgoingMail
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, RowId
+from outbox_core.outcomes import Outcome
+
+__all__ = [
+    "BrokerMessage",
+    "ClaimRequest",
+    "Clock",
+    "Consumer",
+    "EnqueueResult",
+    "LeaderLease",
+    "LeaderTerm",
+    "Mailer",
+    "MarkResult",
+    "OutboxStore",
+    "Publisher",
+    "ReceivedMessage",
+    "RequeueRequest",
+    "RequeueResult",
+    "RowHandler",
+    "WebhookSender",
+]
+
+
+# --- parameter and result objects ---------------------------------------------------------------
+
+
+@attrs.frozen
+class ClaimRequest:
+    """Claim up to ``limit`` due rows of ``lane`` under a new lease and token."""
+
+    #: The lane (queue) to claim from.
+    lane: str
+    #: At most this many rows.
+    limit: int = attrs.field(validator=attrs.validators.ge(1))
+    #: How long the claim holds the rows (``timing.EmailTiming.claim_lease()``).
+    lease: timedelta = attrs.field(validator=positive)
+    #: The fencing token every row of this claim will carry.
+    token: ClaimToken
+    #: ``None`` uses the database clock; tests inject a time.
+    now: datetime | None = attrs.field(default=None, validator=optional_aware)
+
+
+class MarkResult(enum.Enum):
+    """What happened to a mark."""
+
+    #: The row was pending under the mark's token and now carries the mark.
+    APPLIED = "applied"
+    #: The fence refused it (row resolved, or re-claimed under another token): dropped, not applied.
+    STALE = "stale"
+
+
+@attrs.frozen
+class EnqueueResult:
+    """The outcome of an enqueue."""
+
+    #: The row's id (the existing row's id when the idempotency key was seen before).
+    row_id: RowId
+    #: False when a row with the same idempotency key already existed: nothing was written.
+    created: bool
+
+
+@attrs.frozen
+class RequeueRequest:
+    """Put failed rows back to pending with attempts reset (an operator's action, audited)."""
+
+    #: Who asks (recorded in the audit log).
+    actor: str
+    #: Exactly these rows; or ``None`` to select by the filters below.
+    row_ids: tuple[RowId, ...] | None = None
+    #: Only rows of this lane.
+    lane: str | None = None
+    #: Only rows that failed at or after this time.
+    failed_since: datetime | None = attrs.field(default=None, validator=optional_aware)
+    #: Only rows that failed before this time.
+    failed_before: datetime | None = attrs.field(default=None, validator=optional_aware)
+    #: Only rows whose last error contains this text.
+    error_contains: str | None = None
+
+
+@attrs.frozen
+class RequeueResult:
+    """Which rows went back to pending and which were refused, with the reason."""
+
+    requeued: tuple[RowId, ...]
+    refused: Mapping[RowId, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class LeaderTerm:
+    """A won election. Trust it only until :attr:`trusted_until` on the monotonic clock."""
+
+    #: Which lane the leadership is for.
+    lane: str
+    #: Who holds it.
+    holder: str
+    #: The term number; re-election is a compare-and-set on it.
+    term: int
+    #: Monotonic time (seconds) computed from the attempt's *start* + TTL: past it, stop claiming.
+    trusted_until: float
+
+
+@attrs.frozen
+class BrokerMessage:
+    """One event to publish: ordered per ``key``, de-duplicated by the broker on ``message_id``."""
+
+    subject: str
+    key: str
+    message_id: str
+    body: bytes
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+
+# --- the ports ----------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class OutboxStore(Protocol):
+    """Where rows wait. Every write is a compare-and-set; nothing is read-modify-write."""
+
+    async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
+        """One short committed transaction: lock due rows (skipping locked ones), attempts + 1,
+        stamp the lease and the token, return them."""
+        ...
+
+    async def mark_if_pending(self, mark: Mark) -> MarkResult:
+        """Apply ``mark`` only while the row is pending under ``mark.token``; scrub in the same
+        write when the mark is dispatched or skipped."""
+        ...
+
+    async def release(self, row_id: RowId, token: ClaimToken) -> MarkResult:
+        """Give back a claimed row that was never started (graceful shutdown): due now, the
+        claim's attempt refunded. Fenced like a mark."""
+        ...
+
+    async def requeue_failed(self, request: RequeueRequest) -> RequeueResult:
+        """Failed → pending with attempts reset; refuses rows that aren't failed, with the reason."""
+        ...
+
+
+class Clock(Protocol):
+    """Wall time for the database-free paths, monotonic time for budgets, and sleeping."""
+
+    def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class RowHandler(Protocol):
+    """Turns one claimed row into an outcome. It reports; the core decides (``decide``)."""
+
+    async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome: ...
+
+
+class Mailer(Protocol):
+    """Sends one prepared message within ``budget``; never raises for a delivery problem."""
+
+    async def send(self, mail: OutgoingMail, *, budget: timedelta) -> Outcome: ...
+
+
+class WebhookSender(Protocol):
+    """POSTs one signed body within ``budget`` (an absolute deadline, not per-operation)."""
+
+    async def send(
+        self, url: str, *, headers: Mapping[str, str], body: bytes, budget: timedelta
+    ) -> Outcome: ...
+
+
+class Publisher(Protocol):
+    """Publishes one event; ``sent`` only on the broker's positive acknowledgement."""
+
+    async def publish(self, message: BrokerMessage, *, budget: timedelta) -> Outcome: ...
+
+
+class ReceivedMessage(Protocol):
+    """A broker delivery: acknowledge only once every recipient is terminal."""
+
+    @property
+    def message_id(self) -> str: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+    async def ack(self) -> None: ...
+
+    async def nak(self, *, delay: timedelta | None = None) -> None: ...
+
+
+class Consumer(Protocol):
+    """Yields broker deliveries (at least once)."""
+
+    def messages(self) -> AsyncIterator[ReceivedMessage]: ...
+
+
+class LeaderLease(Protocol):
+    """One worker per lane across replicas (catalogue A2)."""
+
+    async def try_acquire(self, lane: str, holder: str, *, ttl: timedelta) -> LeaderTerm | None:
+        """Win or renew leadership of ``lane``; ``None`` when another holder's term is live."""
+        ...
+
+    async def release(self, term: LeaderTerm) -> None:
+        """Step down (graceful shutdown), so a sibling need not wait for the TTL."""
+        ...
+
+

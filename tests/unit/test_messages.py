@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from outbox_core.delivery import Status
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+TOKEN = ClaimToken.from_entropy(bytes(range(16)))
+
+
+def make_row(**overrides: object) -> ClaimedRow:
+    fields: dict[str, object] = {
+        "id": 7,
+        "lane": "email",
+        "payload": {"to": "a@example.org"},
+        "attempts": 1,
+        "token": TOKEN,
+        "lease_expires_at": NOW + timedelta(minutes=6),
+        "created_at": NOW,
+    }
+    fields.update(overrides)
+    return ClaimedRow(**fields)  # type: ignore[arg-type]
+
+
+def test_token_from_entropy_is_hex_and_printable() -> None:
+    assert str(TOKEN) == "000102030405060708090a0b0c0d0e0f"
+    with pytest.raises(ValueError, match="at least 8 bytes"):
+        ClaimToken.from_entropy(b"short")
+
+
+@pytest.mark.parametrize("bad", ["", "short", "x" * 65, "has space!", "semi;colon", 12345678])
+def test_token_shape_is_enforced(bad: object) -> None:
+    with pytest.raises(ValueError, match="claim token"):
+        ClaimToken(bad)  # type: ignore[arg-type]
+
+
+def test_claimed_row_needs_aware_times_and_a_counted_attempt() -> None:
+    assert make_row().attempts == 1
+    with pytest.raises(ValueError, match="timezone-aware"):
+        make_row(created_at=datetime(2026, 1, 1))  # noqa: DTZ001 - the naive value under test
+    with pytest.raises(ValueError, match="attempts"):
+        make_row(attempts=0)
+
+
+def test_named_mark_constructors_carry_the_claim_token() -> None:
+    row = make_row()
+    keys = frozenset({"password_reset_url"})
+    assert Mark.dispatched(row, scrub_keys=keys) == Mark(7, TOKEN, Status.DISPATCHED, None, None, keys)
+    assert Mark.skipped(row, "opted out", scrub_keys=keys).scrub_keys == keys
+    assert Mark.failed(row, "550").status is Status.FAILED
+    retry = Mark.retry(row, "451", next_attempt_at=NOW)
+    assert retry.status is Status.PENDING
+    assert retry.token is TOKEN
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"status": Status.PENDING, "reason": "x"}, "needs next_attempt_at"),
+        ({"status": Status.FAILED, "reason": "x", "next_attempt_at": NOW}, "needs next_attempt_at"),
+        ({"status": Status.FAILED, "reason": "x", "scrub_keys": {"pdf"}}, "keeps it whole"),
+        ({"status": Status.FAILED}, "needs a reason"),
+        ({"status": Status.SKIPPED}, "needs a reason"),
+        ({"status": Status.PENDING, "reason": "x", "next_attempt_at": datetime(2026, 1, 1)}, "aware"),  # noqa: DTZ001
+    ],
+)
+def test_marks_that_cannot_exist_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Mark(row_id=1, token=TOKEN, **kwargs)  # type: ignore[arg-type]
