@@ -18,7 +18,11 @@ def tests(session: nox.Session) -> None:
     session.install("-e", DEV)
     session.run("coverage", "erase")
     session.run(
-        "coverage", "run", "-m", "pytest", *(session.posargs or ["tests"]),
+        "coverage",
+        "run",
+        "-m",
+        "pytest",
+        *(session.posargs or ["tests"]),
         env={"HYPOTHESIS_PROFILE": session.env.get("HYPOTHESIS_PROFILE", "ci")},
     )
     session.run("coverage", "report", "--include=*/outbox_core/*", "--fail-under=100")

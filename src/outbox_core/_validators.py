@@ -1,11 +1,11 @@
-"""attrs validators shared by the value types (aware datetimes, positive durations, JSON)."""
+"""attrs validators shared by the value types (aware datetimes, positive durations)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
 
-__all__ = ["aware", "non_negative", "optional_aware", "positive"]
+__all__ = ["aware", "optional_aware", "positive"]
 
 
 def aware(_inst: object, attribute: Any, value: datetime) -> None:  # noqa: ANN401
@@ -21,8 +21,3 @@ def optional_aware(inst: object, attribute: Any, value: datetime | None) -> None
 def positive(_inst: object, attribute: Any, value: timedelta) -> None:  # noqa: ANN401
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ValueError(f"{attribute.name} must be a positive timedelta, got {value!r}")
-
-
-def non_negative(_inst: object, attribute: Any, value: timedelta) -> None:  # noqa: ANN401
-    if not isinstance(value, timedelta) or value < timedelta(0):
-        raise ValueError(f"{attribute.name} must be a non-negative timedelta, got {value!r}")

@@ -80,6 +80,11 @@ def transition(state: Status, event: Event) -> Status:
         raise IllegalTransition(state, event) from None
 
 
+def _scrubbed_only_when_sent(inst: RowState, _attribute: object, scrubbed: bool) -> None:  # noqa: FBT001
+    if scrubbed and inst.status not in (Status.DISPATCHED, Status.SKIPPED):
+        raise ValueError(f"only a dispatched or skipped row is scrubbed, not a {inst.status} one")
+
+
 @attrs.frozen
 class RowState:
     """The parts of a row the state machine governs."""
@@ -89,7 +94,7 @@ class RowState:
     #: How many times the row has been claimed since it was born or last requeued.
     attempts: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     #: True once a dispatched/skipped mark removed the secret-bearing payload keys.
-    scrubbed: bool = False
+    scrubbed: bool = attrs.field(default=False, validator=_scrubbed_only_when_sent)
 
 
 def step(state: RowState, event: Event) -> RowState:
@@ -101,8 +106,8 @@ def step(state: RowState, event: Event) -> RowState:
         return attrs.evolve(state, attempts=state.attempts + 1)
     if event is Event.REQUEUE:
         return attrs.evolve(state, status=status, attempts=0)
-    scrubbed = state.scrubbed or status in (Status.DISPATCHED, Status.SKIPPED)
-    return attrs.evolve(state, status=status, scrubbed=scrubbed)
+    # Only pending rows get here, and the mark that makes one dispatched/skipped scrubs it.
+    return attrs.evolve(state, status=status, scrubbed=status in (Status.DISPATCHED, Status.SKIPPED))
 
 
 def check_requeue(status: Status, *, scrubbed: bool) -> None:

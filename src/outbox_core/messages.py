@@ -8,7 +8,7 @@ row is still ``pending`` under that same token (the fence of catalogue C10).
 from __future__ import annotations
 
 import string
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -17,7 +17,7 @@ import attrs
 from outbox_core._validators import aware, optional_aware
 from outbox_core.delivery import Status
 
-__all__ = ["ClaimToken", "ClaimedRow", "JSONObject", "Mark", "RowId"]
+__all__ = ["ClaimToken", "ClaimedRow", "JSONObject", "Mark", "NewMessage", "RowId"]
 
 #: A decoded JSON object, as stored in a row's payload.
 JSONObject: TypeAlias = Mapping[str, Any]
@@ -28,10 +28,8 @@ _TOKEN_ALPHABET = frozenset(string.ascii_letters + string.digits + "-_")
 
 
 def _token_value(_inst: object, _attribute: object, value: str) -> None:
-    if not isinstance(value, str) or not 8 <= len(value) <= 64 or not _TOKEN_ALPHABET >= set(value):
-        raise ValueError(
-            f"a claim token is 8 to 64 characters of [A-Za-z0-9_-], got {value!r}"
-        )
+    if not isinstance(value, str) or not 8 <= len(value) <= 64 or not set(value) <= _TOKEN_ALPHABET:
+        raise ValueError(f"a claim token is 8 to 64 characters of [A-Za-z0-9_-], got {value!r}")
 
 
 @attrs.frozen
@@ -54,6 +52,40 @@ class ClaimToken:
         return self.value
 
 
+_LANE_ALPHABET = frozenset(string.ascii_lowercase + string.digits + "_.-")
+
+
+def _lane(_inst: object, _attribute: object, value: str) -> None:
+    if not isinstance(value, str) or not 1 <= len(value) <= 64 or not set(value) <= _LANE_ALPHABET:
+        raise ValueError(f"a lane name is 1 to 64 characters of [a-z0-9_.-], got {value!r}")
+
+
+def _idempotency_key(_inst: object, _attribute: object, value: str | None) -> None:
+    if value is not None and (
+        not isinstance(value, str) or not 1 <= len(value) <= 200 or not value.isprintable()
+    ):
+        raise ValueError(f"an idempotency key is 1 to 200 printable characters, got {value!r:.80}")
+
+
+def _mapping(_inst: object, _attribute: object, value: object) -> None:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a payload is a mapping (a JSON object), got {type(value).__name__}")
+
+
+@attrs.frozen
+class NewMessage:
+    """A message to enqueue, before it has a row."""
+
+    #: The lane (queue) it goes to, e.g. ``"email"``.
+    lane: str = attrs.field(validator=_lane)
+    #: A JSON object; validated (size, JSON types) by the store's enqueue before it is written.
+    payload: JSONObject = attrs.field(validator=_mapping)
+    #: The producer's key: a second enqueue with the same lane and key writes nothing.
+    idempotency_key: str | None = attrs.field(default=None, validator=_idempotency_key)
+    #: Not due before this time (``None``: due at once).
+    not_before: datetime | None = attrs.field(default=None, validator=optional_aware)
+
+
 @attrs.frozen
 class ClaimedRow:
     """One row a claim handed to this worker, leased until :attr:`lease_expires_at`."""
@@ -72,6 +104,10 @@ class ClaimedRow:
     lease_expires_at: datetime = attrs.field(validator=aware)
     #: When the row was enqueued.
     created_at: datetime = attrs.field(validator=aware)
+
+
+def _key_set(keys: Iterable[str]) -> frozenset[str]:
+    return frozenset(keys)
 
 
 def _check_mark(inst: Mark, _attribute: object, _value: object) -> None:
@@ -102,7 +138,7 @@ class Mark:
     next_attempt_at: datetime | None = attrs.field(default=None, validator=optional_aware)
     #: Payload keys removed in the same UPDATE (dispatched and skipped marks only).
     scrub_keys: frozenset[str] = attrs.field(
-        default=frozenset(), converter=frozenset, validator=_check_mark
+        default=frozenset(), converter=_key_set, validator=_check_mark
     )
 
     @classmethod

@@ -237,5 +237,3 @@ class LeaderLease(Protocol):
     async def release(self, term: LeaderTerm) -> None:
         """Step down (graceful shutdown), so a sibling need not wait for the TTL."""
         ...
-
-

@@ -5,10 +5,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from outbox_core.delivery import Status
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TOKEN = ClaimToken.from_entropy(bytes(range(16)))
+NAIVE = datetime(2026, 1, 1)  # noqa: DTZ001 - a naive value, to be refused
 
 
 def make_row(**overrides: object) -> ClaimedRow:
@@ -48,7 +49,9 @@ def test_claimed_row_needs_aware_times_and_a_counted_attempt() -> None:
 def test_named_mark_constructors_carry_the_claim_token() -> None:
     row = make_row()
     keys = frozenset({"password_reset_url"})
-    assert Mark.dispatched(row, scrub_keys=keys) == Mark(7, TOKEN, Status.DISPATCHED, None, None, keys)
+    assert Mark.dispatched(row, scrub_keys=keys) == Mark(
+        7, TOKEN, Status.DISPATCHED, None, None, keys
+    )
     assert Mark.skipped(row, "opted out", scrub_keys=keys).scrub_keys == keys
     assert Mark.failed(row, "550").status is Status.FAILED
     retry = Mark.retry(row, "451", next_attempt_at=NOW)
@@ -64,9 +67,21 @@ def test_named_mark_constructors_carry_the_claim_token() -> None:
         ({"status": Status.FAILED, "reason": "x", "scrub_keys": {"pdf"}}, "keeps it whole"),
         ({"status": Status.FAILED}, "needs a reason"),
         ({"status": Status.SKIPPED}, "needs a reason"),
-        ({"status": Status.PENDING, "reason": "x", "next_attempt_at": datetime(2026, 1, 1)}, "aware"),  # noqa: DTZ001
+        ({"status": Status.PENDING, "reason": "x", "next_attempt_at": NAIVE}, "aware"),
     ],
 )
 def test_marks_that_cannot_exist_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Mark(row_id=1, token=TOKEN, **kwargs)  # type: ignore[arg-type]
+
+
+def test_new_message_validates_lane_payload_and_key() -> None:
+    message = NewMessage("email", {"to": "a@example.org"}, idempotency_key="order-42/receipt")
+    assert message.not_before is None
+    with pytest.raises(ValueError, match="lane name"):
+        NewMessage("Email Lane", {})
+    with pytest.raises(TypeError, match="a payload is a mapping"):
+        NewMessage("email", ["not", "an", "object"])  # type: ignore[arg-type]
+    for key in ("", "x" * 201, "tab\there"):
+        with pytest.raises(ValueError, match="idempotency key"):
+            NewMessage("email", {}, idempotency_key=key)

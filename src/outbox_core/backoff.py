@@ -1,0 +1,199 @@
+# Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
+"""Backoff schedules: how long a row waits after a transient failure (catalogue C4).
+
+Theory of operation
+-------------------
+A schedule answers one question: the row has been claimed ``attempts`` times (the claim is the
+only place that count grows) and the latest attempt failed transiently; how long until the next
+one? It returns ``None`` when the schedule is used up, and :func:`outbox_core.decide.decide` then
+fails the row.
+
+Jitter is an *argument*, a float in [0, 1] the caller draws (the core never makes randomness). It
+spreads a delay evenly over ``delay * [1 - ratio, 1 + ratio]``, so rows that failed together (a
+mail server that was down for a minute) don't all come back in the same instant::
+
+    jittered = delay * (1 + ratio * (2 * jitter - 1))   # jitter 0: -ratio, 0.5: exact, 1: +ratio
+
+Two schedules ship:
+
+- :data:`EMAIL_BACKOFF` — the design record's "15 backoff slots over ~72h" (ADR-072, item 5): a
+  row gets its first attempt plus 15 retries, 16 attempts in all, over about three days: long
+  enough to ride out a receiving mail server's outage without hammering it.
+- :data:`CONSUMER_BACKOFF` — consumer channels make "5 attempts with exponential backoff"
+  (ADR 0024) before the event is parked on the dead-letter destination.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+
+import attrs
+
+from outbox_core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = [
+    "CONSUMER_BACKOFF",
+    "EMAIL_BACKOFF",
+    "Backoff",
+    "ExponentialBackoff",
+    "SlotSchedule",
+    "check_jitter",
+    "jittered",
+]
+
+
+@runtime_checkable
+class Backoff(Protocol):
+    """A retry schedule. Satisfied structurally: any object with this method is a backoff."""
+
+    def delay(self, attempts: int, *, jitter: float) -> timedelta | None:
+        """The wait before the next attempt after ``attempts`` claims (>= 1).
+
+        ``None`` means the schedule is used up: the row must fail. ``jitter`` is a float in [0, 1]
+        drawn by the caller; anything else raises :class:`ValueError`.
+        """
+        ...
+
+
+def check_jitter(jitter: float) -> None:
+    """Refuse a jitter draw outside [0, 1] (NaN included: it fails both comparisons)."""
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError(f"jitter must be a float in [0, 1] drawn by the caller, got {jitter!r}")
+
+
+def jittered(delay: timedelta, *, ratio: float, jitter: float) -> timedelta:
+    """``delay`` spread by +/- ``ratio``: jitter 0 is the shortest wait, 1 the longest."""
+    check_jitter(jitter)
+    return delay * (1.0 + ratio * (2.0 * jitter - 1.0))
+
+
+def _check_attempts(attempts: int) -> None:
+    if attempts < 1:
+        raise ValueError(
+            f"attempts counts the claims so far, and a claimed row has at least one; "
+            f"got {attempts!r}"
+        )
+
+
+def _jitter_ratio(inst: object, _attribute: object, value: float) -> None:
+    # NaN fails both comparisons, so it is refused too. A ratio of 1 or more could make a delay zero
+    # or negative, which would retry a row at once: the storm the jitter is there to prevent.
+    if not 0.0 <= value < 1.0:
+        raise ConfigurationError(
+            f"{type(inst).__name__}.jitter_ratio must be at least 0 and below 1, got {value!r}"
+        )
+
+
+def _to_tuple(delays: Iterable[timedelta]) -> tuple[timedelta, ...]:
+    # A frozen schedule must not share a list its caller could still change.
+    return tuple(delays)
+
+
+def _slot_delays(_inst: object, _attribute: object, value: tuple[timedelta, ...]) -> None:
+    if not value:
+        raise ConfigurationError("SlotSchedule.delays must hold at least one slot, got none")
+    for number, delay in enumerate(value, start=1):
+        if not isinstance(delay, timedelta) or delay <= timedelta(0):
+            raise ConfigurationError(
+                f"SlotSchedule.delays must be positive timedeltas; slot {number} is {delay!r}"
+            )
+
+
+@attrs.frozen
+class SlotSchedule:
+    """A fixed table of waits: failed attempt ``n`` waits ``delays[n - 1]``; then give up."""
+
+    #: The wait after the 1st, 2nd, ... failed attempt; ``len(delays) + 1`` attempts in all.
+    delays: tuple[timedelta, ...] = attrs.field(converter=_to_tuple, validator=_slot_delays)
+    #: How far jitter may move a wait, as a fraction of it (0 <= ratio < 1).
+    jitter_ratio: float = attrs.field(default=0.1, validator=_jitter_ratio)
+
+    @property
+    def max_attempts(self) -> int:
+        """Attempts a row gets before the schedule is used up (the first one plus one per slot)."""
+        return len(self.delays) + 1
+
+    def delay(self, attempts: int, *, jitter: float) -> timedelta | None:
+        _check_attempts(attempts)
+        check_jitter(jitter)
+        if attempts > len(self.delays):
+            return None
+        return jittered(self.delays[attempts - 1], ratio=self.jitter_ratio, jitter=jitter)
+
+
+def _positive(inst: object, attribute: attrs.Attribute[timedelta], value: timedelta) -> None:
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ConfigurationError(
+            f"{type(inst).__name__}.{attribute.name} must be a positive timedelta, got {value!r}"
+        )
+
+
+def _max_attempts(_inst: object, _attribute: object, value: int) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ConfigurationError(
+            f"ExponentialBackoff.max_attempts must be a whole number of at least 1, got {value!r}"
+        )
+
+
+def _factor(_inst: object, _attribute: object, value: float) -> None:
+    # A factor below 1 would shrink the waits (retrying faster the longer a peer is down); infinity
+    # and NaN are not growth rates.
+    if not (math.isfinite(value) and value >= 1.0):
+        raise ConfigurationError(
+            f"ExponentialBackoff.factor must be a finite number of at least 1, got {value!r}"
+        )
+
+
+def _cap(inst: ExponentialBackoff, attribute: attrs.Attribute[timedelta], value: timedelta) -> None:
+    _positive(inst, attribute, value)
+    if value < inst.base:
+        raise ConfigurationError(
+            f"ExponentialBackoff.cap ({value}) must not be below base ({inst.base}): "
+            "every wait would be the cap and base would mean nothing"
+        )
+
+
+@attrs.frozen
+class ExponentialBackoff:
+    """Waits growing by ``factor`` from ``base`` up to ``cap``; ``max_attempts`` attempts in all."""
+
+    #: Attempts a row gets in all; the last failing one is final.
+    max_attempts: int = attrs.field(default=5, validator=_max_attempts)
+    #: The wait after the first failed attempt.
+    base: timedelta = attrs.field(default=timedelta(seconds=2), validator=_positive)
+    #: How much each wait grows over the one before (>= 1).
+    factor: float = attrs.field(default=2.0, validator=_factor)
+    #: The longest wait, before jitter.
+    cap: timedelta = attrs.field(default=timedelta(minutes=5), validator=_cap)
+    #: How far jitter may move a wait, as a fraction of it (0 <= ratio < 1).
+    jitter_ratio: float = attrs.field(default=0.1, validator=_jitter_ratio)
+
+    def delay(self, attempts: int, *, jitter: float) -> timedelta | None:
+        _check_attempts(attempts)
+        check_jitter(jitter)
+        if attempts >= self.max_attempts:
+            return None
+        try:
+            grown = min(self.cap, self.base * self.factor ** (attempts - 1))
+        except OverflowError:
+            # factor ** n outgrows a float (or the product a timedelta) long after it passed cap.
+            grown = self.cap
+        return jittered(grown, ratio=self.jitter_ratio, jitter=jitter)
+
+
+#: Email lanes: 15 slots over about 72 hours (ADR-072: "15 backoff slots over ~72h"). The waits
+#: grow fast at first (most outages are short), then stretch out; they add up to 72 h 18 min.
+EMAIL_BACKOFF: Final = SlotSchedule(
+    tuple(
+        timedelta(minutes=m)
+        for m in (1, 2, 5, 10, 20, 40, 60, 120, 180, 240, 360, 480, 720, 900, 1200)
+    )
+)
+
+#: Consumer channels: 5 attempts, exponential (ADR 0024): waits of about 2 s, 4 s, 8 s, 16 s.
+CONSUMER_BACKOFF: Final = ExponentialBackoff()

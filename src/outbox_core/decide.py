@@ -1,0 +1,158 @@
+# Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
+"""decide(): what an attempt's outcome means for the row (catalogue C3).
+
+Theory of operation
+-------------------
+Adapters *report* an :class:`~outbox_core.outcomes.Outcome`; the core *decides* (h11's
+``send_failed()`` split). :func:`decide` is the one place a send result becomes a
+:class:`~outbox_core.messages.Mark`, and it is a pure function: ``now``, the jitter draw, the
+schedule and the scrub rules are all arguments.
+
+A claimed row is ``pending`` by definition (a claim is the only way to hold one), so every decision
+is made from ``pending``. The outcome picks an *event*, and the state table in
+:mod:`outbox_core.delivery` picks the status, so decide() can never produce a move the table
+doesn't allow:
+
+==========================  ========  ============  ==============================================
+outcome                     event     status        payload / timing
+==========================  ========  ============  ==============================================
+sent                        succeed   dispatched    secret keys scrubbed
+skipped (nothing to send)   skip      skipped       secret keys scrubbed
+permanent                   fail      failed        kept whole; never retried
+transient                   retry     pending       kept whole; due at ``now + wait`` (below)
+transient, schedule spent   fail      failed        kept whole; "retries exhausted after N ..."
+==========================  ========  ============  ==============================================
+
+``wait = max(backoff delay, min(Retry-After, retry_after_cap))``: a peer that asks for a longer
+pause (HTTP 429/503 ``Retry-After``, RFC 9110 section 10.2.3) gets it, but never more than the cap,
+so a hostile or confused peer can't park a row for days; a shorter ``Retry-After`` never makes us
+retry sooner than the schedule (catalogue C5).
+
+Attempts are *not* counted here: the claim is the only place they grow (C3), so ``row.attempts``
+already includes the attempt being decided, and a worker that claims and crashes has still used one.
+
+A dispatched or skipped mark scrubs *every* configured secret key, not only those the worker saw in
+``row.payload``. The store removes keys from the *stored* payload (``payload - keys``, where an
+absent key costs nothing), and the mark shouldn't depend on the worker's view of it matching
+storage (a handler may decode a projection, or a later version may keep a field encrypted or
+elsewhere): with the full set a configured secret can never survive a mark, and the mark is a
+function of configuration alone, which is what the security promise is stated in.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from outbox_core.backoff import check_jitter
+from outbox_core.delivery import Event, Status, transition
+from outbox_core.messages import Mark
+from outbox_core.outcomes import OutcomeKind
+
+if TYPE_CHECKING:
+    from outbox_core.backoff import Backoff
+    from outbox_core.messages import ClaimedRow
+    from outbox_core.outcomes import Outcome
+    from outbox_core.scrub import ScrubRules
+
+__all__ = ["DEFAULT_RETRY_AFTER_CAP", "decide", "event_for"]
+
+#: The longest ``Retry-After`` honoured by default; a longer one is cut to this.
+DEFAULT_RETRY_AFTER_CAP: Final = timedelta(hours=1)
+
+#: The event a store applies when it writes a mark; every mark is applied to a pending row.
+_EVENT_FOR_STATUS: Final = MappingProxyType(
+    {
+        Status.DISPATCHED: Event.SUCCEED,
+        Status.SKIPPED: Event.SKIP,
+        Status.FAILED: Event.FAIL,
+        Status.PENDING: Event.RETRY,
+    }
+)
+
+
+@attrs.frozen
+class _Decision:
+    """What to do, before the state table turns the event into a status."""
+
+    event: Event
+    reason: str | None = None
+    next_attempt_at: datetime | None = None
+    scrub_keys: frozenset[str] = frozenset()
+
+
+def decide(  # noqa: PLR0913 -- a sans-IO decision: the clock, the jitter draw and the policy are inputs
+    row: ClaimedRow,
+    outcome: Outcome,
+    *,
+    now: datetime,
+    backoff: Backoff,
+    scrub: ScrubRules,
+    jitter: float,
+    retry_after_cap: timedelta = DEFAULT_RETRY_AFTER_CAP,
+) -> Mark:
+    """The mark to record for ``row`` after an attempt ended with ``outcome``.
+
+    ``now`` must be timezone-aware; ``jitter`` is the caller's draw in [0, 1] (checked on every
+    call, not only when a retry needs it, so a bad draw shows up at once); ``retry_after_cap`` is
+    the longest ``Retry-After`` honoured. Raises :class:`ValueError` for any of them out of range.
+    """
+    if now.utcoffset() is None:
+        raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
+    check_jitter(jitter)
+    if retry_after_cap < timedelta(0):
+        raise ValueError(f"retry_after_cap must not be negative, got {retry_after_cap!r}")
+    decision = _decision(
+        row, outcome, now=now, backoff=backoff, scrub=scrub, jitter=jitter, cap=retry_after_cap
+    )
+    return Mark(
+        row.id,
+        row.token,
+        transition(Status.PENDING, decision.event),
+        decision.reason,
+        next_attempt_at=decision.next_attempt_at,
+        scrub_keys=decision.scrub_keys,
+    )
+
+
+def event_for(mark: Mark) -> Event:
+    """The state-machine event ``mark`` applies to its (pending) row.
+
+    ``transition(Status.PENDING, event_for(mark)) == mark.status`` for every mark decide() makes,
+    so a store (or a fake) can apply a mark through :func:`outbox_core.delivery.step`.
+    """
+    return _EVENT_FOR_STATUS[mark.status]
+
+
+def _decision(  # noqa: PLR0913 -- decide()'s inputs, passed through unchanged
+    row: ClaimedRow,
+    outcome: Outcome,
+    *,
+    now: datetime,
+    backoff: Backoff,
+    scrub: ScrubRules,
+    jitter: float,
+    cap: timedelta,
+) -> _Decision:
+    kind = outcome.kind
+    if kind is OutcomeKind.SENT:
+        return _Decision(Event.SUCCEED, scrub_keys=scrub.keys)
+    if kind is OutcomeKind.SKIPPED:
+        return _Decision(Event.SKIP, outcome.reason, scrub_keys=scrub.keys)
+    if kind is OutcomeKind.PERMANENT:
+        # Retrying can't help (bad payload, invalid or suppressed recipient, SMTP 5xx): fail now
+        # rather than ride the schedule for days (ADR-072, item 5).
+        return _Decision(Event.FAIL, outcome.reason)
+    wait = backoff.delay(row.attempts, jitter=jitter)
+    if wait is None:
+        plural = "" if row.attempts == 1 else "s"
+        return _Decision(
+            Event.FAIL,
+            f"retries exhausted after {row.attempts} attempt{plural}: {outcome.reason}",
+        )
+    if outcome.retry_after is not None:
+        wait = max(wait, min(outcome.retry_after, cap))
+    return _Decision(Event.RETRY, outcome.reason, next_attempt_at=now + wait)

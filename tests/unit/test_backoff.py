@@ -1,0 +1,232 @@
+# Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
+"""Backoff schedules (catalogue C4): the e-mail slot table, exponential consumer backoff, jitter."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from outbox_core.backoff import (
+    CONSUMER_BACKOFF,
+    EMAIL_BACKOFF,
+    Backoff,
+    ExponentialBackoff,
+    SlotSchedule,
+    check_jitter,
+    jittered,
+)
+from outbox_core.errors import ConfigurationError
+
+MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
+US = timedelta(microseconds=1)  # timedelta * float rounds to the microsecond
+
+jitters = st.floats(min_value=0.0, max_value=1.0)
+
+
+def test_email_schedule_is_15_slots_over_about_72_hours() -> None:
+    assert len(EMAIL_BACKOFF.delays) == 15
+    assert EMAIL_BACKOFF.max_attempts == 16
+    total = sum(EMAIL_BACKOFF.delays, timedelta(0))
+    assert abs(total - timedelta(hours=72)) <= timedelta(hours=2)
+
+
+def test_email_schedule_base_delays_never_shrink() -> None:
+    delays = EMAIL_BACKOFF.delays
+    assert all(a <= b for a, b in itertools.pairwise(delays))
+
+
+def test_shipped_schedules_satisfy_the_protocol() -> None:
+    assert isinstance(EMAIL_BACKOFF, Backoff)
+    assert isinstance(CONSUMER_BACKOFF, Backoff)
+
+
+@pytest.mark.parametrize(
+    ("attempts", "expected"),
+    [
+        (1, MINUTE),
+        (2, 2 * MINUTE),
+        (3, 5 * MINUTE),
+        (7, HOUR),
+        (14, 15 * HOUR),
+        (15, 20 * HOUR),
+        (16, None),
+        (17, None),
+        (1_000, None),
+    ],
+)
+def test_email_slot_for_each_attempt_at_mid_jitter(
+    attempts: int, expected: timedelta | None
+) -> None:
+    assert EMAIL_BACKOFF.delay(attempts, jitter=0.5) == expected
+
+
+@pytest.mark.parametrize(
+    ("jitter", "expected"),
+    [(0.0, timedelta(seconds=90)), (0.5, timedelta(seconds=100)), (1.0, timedelta(seconds=110))],
+)
+def test_jitter_spreads_by_the_ratio(jitter: float, expected: timedelta) -> None:
+    schedule = SlotSchedule((timedelta(seconds=100),), jitter_ratio=0.1)
+    assert schedule.delay(1, jitter=jitter) == expected
+
+
+def test_zero_ratio_means_no_jitter() -> None:
+    schedule = SlotSchedule((MINUTE, HOUR), jitter_ratio=0.0)
+    assert schedule.delay(2, jitter=0.0) == HOUR
+    assert schedule.delay(2, jitter=1.0) == HOUR
+
+
+def test_slot_schedule_copies_a_list_into_a_tuple() -> None:
+    delays = [MINUTE, HOUR]
+    schedule = SlotSchedule(delays)
+    delays.append(timedelta(days=1))
+    assert schedule.delays == (MINUTE, HOUR)
+    assert schedule.delay(3, jitter=0.5) is None
+
+
+@given(attempts=st.integers(min_value=1, max_value=15), jitter=jitters)
+def test_email_delay_stays_within_ratio_of_its_slot(attempts: int, jitter: float) -> None:
+    slot = EMAIL_BACKOFF.delays[attempts - 1]
+    delay = EMAIL_BACKOFF.delay(attempts, jitter=jitter)
+    assert delay is not None
+    assert slot * 0.9 - US <= delay <= slot * 1.1 + US
+
+
+@given(
+    slot_seconds=st.integers(min_value=1, max_value=10**7),
+    ratio=st.floats(min_value=0.0, max_value=0.99),
+    jitter=jitters,
+)
+def test_any_slot_is_jittered_within_its_ratio(
+    slot_seconds: int, ratio: float, jitter: float
+) -> None:
+    slot = timedelta(seconds=slot_seconds)
+    delay = SlotSchedule((slot,), jitter_ratio=ratio).delay(1, jitter=jitter)
+    assert delay is not None
+    assert slot * (1 - ratio) - US <= delay <= slot * (1 + ratio) + US
+    # The draw maps monotonically onto the range: a larger jitter never gives a shorter wait.
+    assert jittered(slot, ratio=ratio, jitter=0.0) <= delay <= jittered(slot, ratio=ratio, jitter=1)
+
+
+@pytest.mark.parametrize(
+    ("attempts", "expected"),
+    [
+        (1, timedelta(seconds=2)),
+        (2, timedelta(seconds=4)),
+        (3, timedelta(seconds=8)),
+        (4, timedelta(seconds=16)),
+        (5, None),
+        (6, None),
+    ],
+)
+def test_consumer_backoff_is_five_attempts_exponential(
+    attempts: int, expected: timedelta | None
+) -> None:
+    assert CONSUMER_BACKOFF.delay(attempts, jitter=0.5) == expected
+
+
+def test_exponential_backoff_stops_growing_at_the_cap() -> None:
+    backoff = ExponentialBackoff(
+        max_attempts=20, base=timedelta(seconds=2), cap=timedelta(minutes=1)
+    )
+    waits = [backoff.delay(n, jitter=0.5) for n in range(1, 20)]
+    assert waits[:6] == [timedelta(seconds=s) for s in (2, 4, 8, 16, 32, 60)]
+    assert set(waits[5:]) == {timedelta(minutes=1)}
+    assert backoff.delay(20, jitter=0.5) is None
+
+
+def test_exponential_backoff_jitters_after_the_cap() -> None:
+    backoff = ExponentialBackoff(max_attempts=10, cap=timedelta(seconds=10), jitter_ratio=0.2)
+    assert backoff.delay(9, jitter=1.0) == timedelta(seconds=12)
+    assert backoff.delay(9, jitter=0.0) == timedelta(seconds=8)
+
+
+def test_exponential_backoff_survives_an_exponent_no_float_can_hold() -> None:
+    backoff = ExponentialBackoff(max_attempts=100_000, factor=10.0, cap=HOUR)
+    assert backoff.delay(301, jitter=0.5) == HOUR  # 2 s * 10.0 ** 300 overflows a timedelta
+    assert backoff.delay(99_999, jitter=0.5) == HOUR  # 10.0 ** 99_998 overflows the float itself
+
+
+def test_factor_one_keeps_the_base_wait() -> None:
+    backoff = ExponentialBackoff(max_attempts=4, factor=1.0)
+    assert [backoff.delay(n, jitter=0.5) for n in (1, 2, 3)] == [timedelta(seconds=2)] * 3
+
+
+def test_a_single_attempt_schedule_never_retries() -> None:
+    assert ExponentialBackoff(max_attempts=1).delay(1, jitter=0.5) is None
+
+
+@given(attempts=st.integers(min_value=1, max_value=4), jitter=jitters)
+def test_consumer_delay_stays_within_ratio_of_its_base(attempts: int, jitter: float) -> None:
+    base = timedelta(seconds=2) * 2 ** (attempts - 1)
+    delay = CONSUMER_BACKOFF.delay(attempts, jitter=jitter)
+    assert delay is not None
+    assert base * 0.9 - US <= delay <= base * 1.1 + US
+
+
+@pytest.mark.parametrize("backoff", [EMAIL_BACKOFF, CONSUMER_BACKOFF], ids=["slots", "exp"])
+@pytest.mark.parametrize("jitter", [-0.01, 1.01, math.nan, math.inf, -math.inf])
+def test_jitter_outside_the_unit_interval_is_refused(backoff: Backoff, jitter: float) -> None:
+    with pytest.raises(ValueError, match=r"jitter must be a float in \[0, 1\]"):
+        backoff.delay(1, jitter=jitter)
+
+
+@pytest.mark.parametrize("backoff", [EMAIL_BACKOFF, CONSUMER_BACKOFF], ids=["slots", "exp"])
+@pytest.mark.parametrize("attempts", [0, -1])
+def test_attempts_below_one_are_refused(backoff: Backoff, attempts: int) -> None:
+    with pytest.raises(ValueError, match=rf"at least one; got {attempts}"):
+        backoff.delay(attempts, jitter=0.5)
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.25, 1.0])
+def test_check_jitter_accepts_the_closed_unit_interval(jitter: float) -> None:
+    check_jitter(jitter)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"delays": ()}, r"SlotSchedule.delays must hold at least one slot, got none"),
+        (
+            {"delays": (MINUTE, timedelta(0))},
+            r"SlotSchedule.delays must be positive timedeltas; slot 2 is datetime.timedelta\(0\)",
+        ),
+        ({"delays": (-MINUTE,)}, r"slot 1 is datetime.timedelta\(days=-1"),
+        ({"delays": (60,)}, r"slot 1 is 60$"),
+        ({"delays": (MINUTE,), "jitter_ratio": 1.0}, r"SlotSchedule.jitter_ratio .* got 1.0"),
+        ({"delays": (MINUTE,), "jitter_ratio": -0.1}, r"SlotSchedule.jitter_ratio .* got -0.1"),
+        ({"delays": (MINUTE,), "jitter_ratio": math.nan}, r"SlotSchedule.jitter_ratio .* got nan"),
+    ],
+)
+def test_bad_slot_settings_are_refused_at_construction(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        SlotSchedule(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_attempts": 0}, r"ExponentialBackoff.max_attempts must be .* at least 1, got 0"),
+        ({"max_attempts": 2.5}, r"ExponentialBackoff.max_attempts .* got 2.5"),
+        ({"base": timedelta(0)}, r"ExponentialBackoff.base must be a positive timedelta"),
+        ({"base": 2}, r"ExponentialBackoff.base must be a positive timedelta, got 2"),
+        ({"cap": -MINUTE}, r"ExponentialBackoff.cap must be a positive timedelta"),
+        ({"cap": timedelta(seconds=1)}, r"cap \(0:00:01\) must not be below base \(0:00:02\)"),
+        ({"factor": 0.5}, r"ExponentialBackoff.factor .* at least 1, got 0.5"),
+        ({"factor": math.inf}, r"ExponentialBackoff.factor .* got inf"),
+        ({"factor": math.nan}, r"ExponentialBackoff.factor .* got nan"),
+        ({"jitter_ratio": 1.5}, r"ExponentialBackoff.jitter_ratio .* below 1, got 1.5"),
+    ],
+)
+def test_bad_exponential_settings_are_refused_at_construction(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        ExponentialBackoff(**kwargs)  # type: ignore[arg-type]

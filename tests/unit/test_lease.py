@@ -1,0 +1,285 @@
+"""Lease math, the row-start gate, row deadlines, the fence and duplicate accounting (C10)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from outbox_core.delivery import Status
+from outbox_core.lease import (
+    DUPLICATE_WINDOWS,
+    BatchClock,
+    DuplicateWindow,
+    KillPoint,
+    duplicates_possible,
+    exchange_deadline,
+    fence_admits,
+    is_expired,
+    lease_expires_at,
+    max_duplicates,
+    may_start_row,
+    row_deadline,
+)
+from outbox_core.messages import ClaimToken
+from outbox_core.timing import DEFAULT_EMAIL_TIMING, EmailStepBudgets, EmailTiming
+
+S = timedelta(seconds=1)
+T0 = datetime(2026, 7, 3, 12, 0, tzinfo=UTC)
+NAIVE = datetime(2026, 7, 3, 12, 0)  # noqa: DTZ001 -- the naive value under test
+TOKEN = ClaimToken("token-of-this-claim")
+SIBLING = ClaimToken("token-of-a-later-claim")
+
+instants = st.datetimes(
+    # Hypothesis takes naive bounds; `timezones=` makes every drawn value aware.
+    min_value=datetime(2000, 1, 1),  # noqa: DTZ001 -- see above
+    max_value=datetime(2100, 1, 1),  # noqa: DTZ001 -- see above
+    timezones=st.just(UTC),
+)
+durations = st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(days=2))
+signed = st.timedeltas(min_value=-timedelta(days=2), max_value=timedelta(days=2))
+
+
+# -- expiry ------------------------------------------------------------------------------------
+
+
+def test_a_lease_ends_its_length_after_the_claim():
+    assert lease_expires_at(T0, DEFAULT_EMAIL_TIMING.claim_lease()) == T0 + 360 * S
+
+
+def test_a_lease_keeps_the_claims_offset():
+    plus_two = timezone(timedelta(hours=2))
+    expires = lease_expires_at(T0.astimezone(plus_two), 60 * S)
+    assert expires == T0 + 60 * S
+    assert expires.utcoffset() == timedelta(hours=2)
+
+
+@pytest.mark.parametrize(
+    ("now", "expired"),
+    [(T0 - timedelta(microseconds=1), False), (T0, True), (T0 + S, True)],
+    ids=["just-before", "at-expiry", "after"],
+)
+def test_a_lease_is_expired_from_its_expiry_instant_on(now, expired):
+    assert is_expired(T0, now=now) is expired
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: lease_expires_at(NAIVE, S), "claimed_at"),
+        (lambda: is_expired(NAIVE, now=T0), "expires_at"),
+        (lambda: is_expired(T0, now=NAIVE), "now"),
+        (lambda: is_expired(T0, now="2026-07-03T12:00Z"), "now"),  # type: ignore[arg-type]
+        (lambda: may_start_row(now=NAIVE, batch_deadline=T0, per_row=S), "now"),
+        (lambda: may_start_row(now=T0, batch_deadline=NAIVE, per_row=S), "batch_deadline"),
+        (lambda: row_deadline(row_started=NAIVE, per_row=S, lease_expires_at=T0), "row_started"),
+        (
+            lambda: row_deadline(row_started=T0, per_row=S, lease_expires_at=NAIVE),
+            "lease_expires_at",
+        ),
+        (lambda: exchange_deadline(now=NAIVE, row_deadline=T0), "now"),
+        (lambda: exchange_deadline(now=T0, row_deadline=NAIVE), "row_deadline"),
+    ],
+)
+def test_naive_datetimes_are_refused(call, name):
+    with pytest.raises(ValueError, match=rf"^{name} must be a timezone-aware datetime"):
+        call()
+
+
+@pytest.mark.parametrize("bad", [timedelta(0), -S, 60])
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda d: lease_expires_at(T0, d), "lease"),
+        (lambda d: may_start_row(now=T0, batch_deadline=T0 + S, per_row=d), "per_row"),
+        (lambda d: row_deadline(row_started=T0, per_row=d, lease_expires_at=T0), "per_row"),
+        (lambda d: exchange_deadline(now=T0, row_deadline=T0, cap=d), "cap"),
+        (lambda d: BatchClock.start(T0, d), "batch_timeout"),
+    ],
+)
+def test_durations_that_are_not_positive_are_refused(call, name, bad):
+    with pytest.raises(ValueError, match=rf"^{name} must be a positive timedelta"):
+        call(bad)
+
+
+# -- the row-start gate ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("now", "admitted"),
+    [
+        (T0, True),
+        (T0 + 240 * S, True),  # the fifth row of a default batch: it ends exactly at the deadline
+        (T0 + 240 * S + timedelta(microseconds=1), False),
+        (T0 + 299 * S, False),
+    ],
+)
+def test_a_row_starts_only_if_its_whole_budget_fits(now, admitted):
+    deadline = T0 + DEFAULT_EMAIL_TIMING.batch_timeout
+    assert may_start_row(now=now, batch_deadline=deadline, per_row=60 * S) is admitted
+    assert BatchClock.start(T0, DEFAULT_EMAIL_TIMING.batch_timeout).may_start_row(now, 60 * S) is (
+        admitted
+    )
+
+
+@given(now=instants, per_row=durations, slack=signed)
+def test_the_gate_never_admits_a_row_that_ends_after_the_deadline(now, per_row, slack):
+    deadline = now + per_row + slack
+    admitted = may_start_row(now=now, batch_deadline=deadline, per_row=per_row)
+    assert admitted is (now + per_row <= deadline)
+
+
+@given(
+    steps=st.lists(st.integers(min_value=1, max_value=600), min_size=6, max_size=6),
+    batch_size=st.integers(min_value=1, max_value=50),
+    grace=st.integers(min_value=1, max_value=600),
+    row_fractions=st.lists(st.floats(min_value=0, max_value=1), min_size=50, max_size=50),
+)
+def test_a_gated_batch_ends_inside_its_claim_lease(steps, batch_size, grace, row_fractions):
+    budgets = EmailStepBudgets(*(seconds * S for seconds in steps))
+    timing = EmailTiming(budgets, batch_size, lease_grace=grace * S)
+    lease_end = lease_expires_at(T0, timing.claim_lease())
+    clock = BatchClock.start(T0, timing.batch_timeout)
+    now, started = T0, 0
+    for fraction in row_fractions[:batch_size]:
+        if not clock.may_start_row(now, timing.per_row):
+            break
+        started += 1
+        now += timing.per_row * fraction  # a row uses at most its budget
+        assert now <= clock.deadline < lease_end
+    # With the default batch timeout a full batch always fits: no row is left for a re-claim.
+    assert started == batch_size
+
+
+def test_a_batch_deadline_must_come_after_its_start():
+    with pytest.raises(ValueError, match="a batch deadline must come after its start"):
+        BatchClock(T0, T0)
+    with pytest.raises(ValueError, match="must be a timezone-aware datetime"):
+        BatchClock(NAIVE, T0)
+    clock = BatchClock.start(T0, 300 * S)
+    assert (clock.started_at, clock.deadline) == (T0, T0 + 300 * S)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        clock.deadline = T0  # type: ignore[misc]
+
+
+# -- row and exchange deadlines ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lease_end", "expected"),
+    [
+        (T0 + 360 * S, T0 + 60 * S),  # a fresh lease: the row budget ends first
+        (T0 + 20 * S, T0 + 20 * S),  # a lease about to end: the worker stops at its own lease
+        (T0 + 60 * S, T0 + 60 * S),
+    ],
+)
+def test_a_row_never_runs_past_its_budget_or_its_lease(lease_end, expected):
+    got = row_deadline(row_started=T0, per_row=60 * S, lease_expires_at=lease_end)
+    assert got == expected
+
+
+@given(start=instants, per_row=durations, lease_offset=signed)
+def test_the_row_deadline_is_the_earlier_bound(start, per_row, lease_offset):
+    lease_end = start + lease_offset
+    got = row_deadline(row_started=start, per_row=per_row, lease_expires_at=lease_end)
+    assert got <= start + per_row
+    assert got <= lease_end
+    assert got in {start + per_row, lease_end}
+
+
+@pytest.mark.parametrize(
+    ("row_end", "cap", "expected"),
+    [
+        (T0 + 50 * S, None, T0 + 30 * S),  # the record's 30 s exchange budget
+        (T0 + 12 * S, None, T0 + 12 * S),  # less time left in the row than the exchange budget
+        (T0 + 50 * S, 45 * S, T0 + 45 * S),  # a configured exchange budget
+        (T0 + 50 * S, 90 * S, T0 + 50 * S),
+    ],
+)
+def test_the_exchange_deadline_is_its_budget_or_the_time_left(row_end, cap, expected):
+    kwargs = {} if cap is None else {"cap": cap}
+    assert exchange_deadline(now=T0, row_deadline=row_end, **kwargs) == expected
+
+
+# -- the fence ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", list(Status))
+@pytest.mark.parametrize(
+    ("row_token", "holder"),
+    [(TOKEN, "same"), (SIBLING, "different"), (None, "none")],
+    ids=["same-token", "sibling-token", "no-token"],
+)
+def test_the_fence_admits_only_the_current_holder_of_a_pending_row(status, row_token, holder):
+    admitted = fence_admits(row_status=status, row_token=row_token, mark_token=TOKEN)
+    assert admitted is (status is Status.PENDING and holder == "same")
+
+
+def test_the_fence_compares_token_values_not_objects():
+    copy = ClaimToken(TOKEN.value)
+    assert copy is not TOKEN
+    assert fence_admits(row_status=Status.PENDING, row_token=copy, mark_token=TOKEN)
+
+
+def test_a_row_without_a_token_admits_no_mark_even_without_one():
+    # An untyped caller passing no token must not match a legacy row that has none.
+    assert not fence_admits(row_status=Status.PENDING, row_token=None, mark_token=None)  # type: ignore[arg-type]
+
+
+def test_a_late_holder_cannot_overwrite_a_sibling_after_a_reclaim():
+    # Worker A claims (TOKEN), stalls past its lease; B re-claims (SIBLING): the row stays pending.
+    # A's late failure mark must be refused although the status guard alone would admit it.
+    assert not fence_admits(row_status=Status.PENDING, row_token=SIBLING, mark_token=TOKEN)
+    assert fence_admits(row_status=Status.PENDING, row_token=SIBLING, mark_token=SIBLING)
+
+
+# -- duplicate accounting ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("crashes", "rows_in_flight", "bound"),
+    [(0, 5, 0), (1, 0, 0), (1, 1, 1), (3, 1, 3), (3, 5, 15)],
+)
+def test_each_crash_duplicates_each_row_in_flight_at_most_once(crashes, rows_in_flight, bound):
+    assert max_duplicates(crashes=crashes, rows_in_flight=rows_in_flight) == bound
+
+
+@pytest.mark.parametrize(("crashes", "rows_in_flight"), [(-1, 1), (1, -1)])
+def test_negative_counts_are_refused(crashes, rows_in_flight):
+    with pytest.raises(ValueError, match="crashes and rows_in_flight are counts"):
+        max_duplicates(crashes=crashes, rows_in_flight=rows_in_flight)
+
+
+@pytest.mark.parametrize(
+    ("point", "window"),
+    [
+        (KillPoint.AFTER_CLAIM, (0, 0)),
+        (KillPoint.MID_SMTP_BEFORE_DATA, (0, 0)),
+        (KillPoint.AFTER_DATA_BEFORE_REPLY, (0, 1)),
+        (KillPoint.AFTER_REPLY_BEFORE_MARK, (1, 1)),
+        (KillPoint.MID_MARK, (0, 1)),
+        (KillPoint.AFTER_MARK, (0, 0)),
+    ],
+)
+def test_each_kill_point_has_the_records_duplicate_window(point, window):
+    got = duplicates_possible(point)
+    assert got == window
+    assert (got.fewest, got.most) == window
+
+
+def test_every_kill_point_has_a_window():
+    assert set(DUPLICATE_WINDOWS) == set(KillPoint)
+    assert KillPoint("after_reply_before_mark") is KillPoint.AFTER_REPLY_BEFORE_MARK
+
+
+@given(st.lists(st.sampled_from(list(KillPoint)), max_size=30))
+def test_kills_never_cost_more_than_the_bound(kills):
+    window = DuplicateWindow(
+        sum(duplicates_possible(point).fewest for point in kills),
+        sum(duplicates_possible(point).most for point in kills),
+    )
+    assert window.fewest <= window.most <= max_duplicates(crashes=len(kills), rows_in_flight=1)
+    assert window.fewest == kills.count(KillPoint.AFTER_REPLY_BEFORE_MARK)
