@@ -1,0 +1,45 @@
+"""PostgreSQL adapters: tables, the store, enqueue on the host's transaction, the leader lease.
+
+Needs the ``postgres`` extra (psycopg 3 + psycopg_pool, SQLAlchemy Core).
+"""
+
+from outbox_adapters.postgres import schema, statements
+from outbox_adapters.postgres.enqueue import (
+    MAX_PAYLOAD_BYTES,
+    TransactionRequired,
+    enqueue,
+    enqueue_async,
+)
+from outbox_adapters.postgres.leader import PostgresLeaderLease
+from outbox_adapters.postgres.store import (
+    ErrorGroup,
+    FailedReport,
+    PostgresStore,
+    StoredRow,
+    StoreStats,
+)
+from outbox_adapters.postgres.tables import (
+    metadata,
+    outbox_leader,
+    outbox_message,
+    outbox_requeue_audit,
+)
+
+__all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "ErrorGroup",
+    "FailedReport",
+    "PostgresLeaderLease",
+    "PostgresStore",
+    "StoreStats",
+    "StoredRow",
+    "TransactionRequired",
+    "enqueue",
+    "enqueue_async",
+    "metadata",
+    "outbox_leader",
+    "outbox_message",
+    "outbox_requeue_audit",
+    "schema",
+    "statements",
+]

@@ -1,0 +1,336 @@
+"""Enqueue a message on the host's own transaction (catalogue A1).
+
+The outbox row must commit or roll back *with* the business rows that caused it; that is the whole
+point of a transactional outbox. So :func:`enqueue` writes through the handle the host is already
+using and never commits: it refuses a handle with no open transaction (the row would commit on its
+own, or wait for a commit nobody plans), and a handle in autocommit mode outside a transaction block
+(every statement would commit by itself).
+
+Accepted handles:
+
+===========================================  =====================  ==========================
+handle                                       call                   "in a transaction" means
+===========================================  =====================  ==========================
+``psycopg.Connection``                       :func:`enqueue`        ``info.transaction_status``
+``psycopg.AsyncConnection``                  :func:`enqueue_async`  is INTRANS
+``sqlalchemy.Connection`` / ``orm.Session``  :func:`enqueue`        ``in_transaction()`` and
+``AsyncConnection`` / ``AsyncSession``       :func:`enqueue_async`  not AUTOCOMMIT
+===========================================  =====================  ==========================
+
+A psycopg connection in autocommit mode *inside* ``with conn.transaction():`` is accepted: that block
+is a real transaction (BEGIN ... COMMIT), and it is psycopg's recommended style.
+
+The payload is checked (a JSON object, no NaN, within the size cap) before anything is written, so
+a bad message raises :class:`~outbox_core.errors.InvalidPayload` where the host can catch it, and the
+host's transaction is left untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import psycopg
+from psycopg import pq
+from sqlalchemy import Connection, Insert, func, select
+from sqlalchemy import insert as generic_insert
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from outbox_adapters.postgres import statements
+from outbox_adapters.postgres.tables import outbox_message
+from outbox_core.errors import InvalidPayload, OutboxError
+from outbox_core.messages import NewMessage
+from outbox_core.ports import EnqueueResult
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+__all__ = ["MAX_PAYLOAD_BYTES", "TransactionRequired", "enqueue", "enqueue_async"]
+
+#: The largest payload accepted, as UTF-8 JSON. An outbox row is a message, not a blob store.
+MAX_PAYLOAD_BYTES: Final = 256 * 1024
+
+_NO_TRANSACTION = (
+    "no open transaction; call enqueue inside your transaction "
+    "(with conn.transaction(): ...) after your business writes"
+)
+
+
+class TransactionRequired(OutboxError):
+    """The handle has no open transaction (or autocommits), so the row would not commit with the
+    host's business rows."""
+
+
+# --- payload ------------------------------------------------------------------------------------
+
+
+def _check_json(value: object, path: str) -> None:
+    """Walk the value: JSON types only, string keys, finite numbers, no NUL (jsonb refuses it)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_key(key, path)
+            _check_json(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json(item, f"{path}[{index}]")
+    elif isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidPayload(f"{path} contains a NUL character, which PostgreSQL can't store")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidPayload(f"{path} is {value!r}, which is not a JSON number")
+    elif value is not None and not isinstance(value, bool | int):
+        raise InvalidPayload(
+            f"{path} is a {type(value).__name__} ({value!r:.60}), which is not a JSON value"
+        )
+
+
+def _check_key(key: object, path: str) -> None:
+    # json.dumps would silently turn 1, 1.5, True or None into a string key: refuse instead.
+    if not isinstance(key, str):
+        raise InvalidPayload(
+            f"payload keys must be strings; {path} has the key {key!r} ({type(key).__name__})"
+        )
+    _check_json(key, f"{path} key {key[:40]!r}")
+
+
+def _to_json(payload: object) -> str:
+    """The payload as JSON text, or :class:`InvalidPayload` naming the problem."""
+    if not isinstance(payload, Mapping):
+        raise InvalidPayload(
+            f"a payload must be a JSON object (a dict), got {type(payload).__name__} "
+            f"{payload!r:.60}"
+        )
+    _check_json(payload, "payload")
+    text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidPayload(
+            f"the payload is {size} bytes of JSON, over the {MAX_PAYLOAD_BYTES}-byte limit; "
+            "store large content elsewhere and put a reference in the payload"
+        )
+    return text
+
+
+def _params(message: NewMessage, payload: str) -> dict[str, Any]:
+    return {
+        "lane": message.lane,
+        "payload": payload,
+        "idempotency_key": message.idempotency_key,
+        "not_before": message.not_before,
+    }
+
+
+# --- psycopg ------------------------------------------------------------------------------------
+
+
+def _check_psycopg(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    status = conn.info.transaction_status
+    if status == pq.TransactionStatus.INERROR:
+        raise TransactionRequired(
+            "the transaction has already failed (an earlier statement raised); roll it back "
+            "before enqueueing"
+        )
+    if status != pq.TransactionStatus.INTRANS:
+        if conn.autocommit:
+            raise TransactionRequired(
+                "the connection is in autocommit mode and no transaction is open, so the row "
+                f"would commit on its own; {_NO_TRANSACTION}"
+            )
+        raise TransactionRequired(_NO_TRANSACTION)
+
+
+def _enqueue_psycopg(
+    conn: psycopg.Connection[Any], message: NewMessage, payload: str
+) -> tuple[int, bool]:
+    params = _params(message, payload)
+    with conn.cursor() as cur:
+        cur.execute(statements.ENQUEUE, params)
+        row = cur.fetchone()
+        if row is not None:
+            return int(row[0]), True
+        cur.execute(statements.ENQUEUE_EXISTING, params)
+        return _existing(cur.fetchone(), message), False
+
+
+async def _enqueue_psycopg_async(
+    conn: psycopg.AsyncConnection[Any], message: NewMessage, payload: str
+) -> tuple[int, bool]:
+    params = _params(message, payload)
+    async with conn.cursor() as cur:
+        await cur.execute(statements.ENQUEUE, params)
+        row = await cur.fetchone()
+        if row is not None:
+            return int(row[0]), True
+        await cur.execute(statements.ENQUEUE_EXISTING, params)
+        return _existing(await cur.fetchone(), message), False
+
+
+# --- SQLAlchemy -----------------------------------------------------------------------------------
+
+
+def _check_sqlalchemy(conn: Connection) -> None:
+    if _autocommits(conn):
+        raise TransactionRequired(
+            "the SQLAlchemy connection uses isolation_level='AUTOCOMMIT', so the row would commit "
+            "on its own; enqueue on a connection or session that runs a real transaction"
+        )
+
+
+def _autocommits(conn: Connection) -> bool:
+    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        return True
+    # An engine created with isolation_level="AUTOCOMMIT" sets it on the DBAPI connection instead;
+    # ask the dialect (no round trip). A dialect that can't tell falls back to in_transaction().
+    dbapi = conn.connection.dbapi_connection
+    if dbapi is None:  # pragma: no cover - an open transaction has a DBAPI connection
+        return False
+    try:
+        return bool(conn.dialect.detect_autocommit_setting(dbapi))
+    except NotImplementedError:
+        return False
+
+
+def _sqlalchemy_insert(conn: Connection, message: NewMessage, payload: str) -> Insert:
+    values = {
+        "lane": message.lane,
+        # The validated text, decoded again: what is stored is exactly what was checked.
+        "payload": json.loads(payload),
+        "idempotency_key": message.idempotency_key,
+        "next_attempt_at": message.not_before if message.not_before is not None else func.now(),
+    }
+    key = outbox_message.c.idempotency_key
+    returning = outbox_message.c.id
+    if conn.dialect.name == "postgresql":
+        return (
+            postgresql.insert(outbox_message)
+            .values(values)
+            .on_conflict_do_nothing(index_elements=["lane", key], index_where=key.is_not(None))
+            .returning(returning)
+        )
+    if conn.dialect.name == "sqlite":
+        return (
+            sqlite.insert(outbox_message)
+            .values(values)
+            .on_conflict_do_nothing(index_elements=["lane", key], index_where=key.is_not(None))
+            .returning(returning)
+        )
+    # Other dialects have no ON CONFLICT: a duplicate key raises IntegrityError from the index.
+    return generic_insert(outbox_message).values(values).returning(returning)
+
+
+def _existing_select(message: NewMessage) -> Any:  # noqa: ANN401 - a Select of one column
+    return select(outbox_message.c.id).where(
+        outbox_message.c.lane == message.lane,
+        outbox_message.c.idempotency_key == message.idempotency_key,
+    )
+
+
+def _enqueue_sqlalchemy(conn: Connection, message: NewMessage, payload: str) -> tuple[int, bool]:
+    _check_sqlalchemy(conn)
+    row = conn.execute(_sqlalchemy_insert(conn, message, payload)).first()
+    if row is not None:
+        return int(row[0]), True
+    return _existing(conn.execute(_existing_select(message)).first(), message), False
+
+
+async def _enqueue_sqlalchemy_async(
+    conn: AsyncConnection, message: NewMessage, payload: str
+) -> tuple[int, bool]:
+    sync = conn.sync_connection
+    if sync is None:  # pragma: no cover - in_transaction() was checked, so it has started
+        raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
+    _check_sqlalchemy(sync)
+    row = (await conn.execute(_sqlalchemy_insert(sync, message, payload))).first()
+    if row is not None:
+        return int(row[0]), True
+    existing = (await conn.execute(_existing_select(message))).first()
+    return _existing(existing, message), False
+
+
+def _existing(row: Any, message: NewMessage) -> int:  # noqa: ANN401 - a driver's row
+    if row is None:  # pragma: no cover - the conflicting row vanished between two statements
+        raise RuntimeError(
+            f"enqueue found idempotency key {message.idempotency_key!r} taken in lane "
+            f"{message.lane!r} but could not read the row that holds it"
+        )
+    return int(row[0])
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+
+def _async_sqlalchemy() -> tuple[type[Any], type[Any]] | None:
+    """SQLAlchemy's ``AsyncConnection`` and ``AsyncSession``, if the host has imported them.
+
+    Importing ``sqlalchemy.ext.asyncio`` fails without greenlet, and no async handle can exist
+    until someone has imported it; so look, don't import.
+    """
+    module = sys.modules.get("sqlalchemy.ext.asyncio")
+    if module is None:
+        return None
+    return module.AsyncConnection, module.AsyncSession
+
+
+def enqueue(handle: object, message: NewMessage) -> EnqueueResult:
+    """Write ``message`` in the open transaction of ``handle``; never commits.
+
+    ``handle`` is a ``psycopg.Connection``, a ``sqlalchemy.Connection`` or a
+    ``sqlalchemy.orm.Session``. Returns the new row's id; or, when the lane already has a row with
+    the message's idempotency key, that row's id with ``created=False`` (nothing is written then).
+    """
+    payload = _to_json(message.payload)
+    if isinstance(handle, psycopg.Connection):
+        _check_psycopg(handle)
+        row_id, created = _enqueue_psycopg(handle, message, payload)
+    elif isinstance(handle, Connection):
+        if not handle.in_transaction():
+            raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
+        row_id, created = _enqueue_sqlalchemy(handle, message, payload)
+    elif isinstance(handle, Session):
+        if not handle.in_transaction():
+            raise TransactionRequired(f"the SQLAlchemy session has {_NO_TRANSACTION}")
+        conn = handle.connection(bind_arguments={"clause": outbox_message.insert()})
+        row_id, created = _enqueue_sqlalchemy(conn, message, payload)
+    elif isinstance(handle, (psycopg.AsyncConnection, *(_async_sqlalchemy() or ()))):
+        raise TypeError(f"{type(handle).__name__} is asynchronous; use `await enqueue_async(...)`")
+    else:
+        raise TypeError(_unsupported(handle))
+    return EnqueueResult(row_id=row_id, created=created)
+
+
+async def enqueue_async(handle: object, message: NewMessage) -> EnqueueResult:
+    """:func:`enqueue` for ``psycopg.AsyncConnection`` and SQLAlchemy ``AsyncConnection`` /
+    ``AsyncSession``."""
+    payload = _to_json(message.payload)
+    sa_async = _async_sqlalchemy()
+    if isinstance(handle, psycopg.AsyncConnection):
+        _check_psycopg(handle)
+        row_id, created = await _enqueue_psycopg_async(handle, message, payload)
+    elif sa_async is not None and isinstance(handle, sa_async[0]):
+        aconn = cast("AsyncConnection", handle)
+        if not aconn.in_transaction():
+            raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
+        row_id, created = await _enqueue_sqlalchemy_async(aconn, message, payload)
+    elif sa_async is not None and isinstance(handle, sa_async[1]):
+        asession = cast("AsyncSession", handle)
+        if not asession.in_transaction():
+            raise TransactionRequired(f"the SQLAlchemy session has {_NO_TRANSACTION}")
+        aconn = await asession.connection(bind_arguments={"clause": outbox_message.insert()})
+        row_id, created = await _enqueue_sqlalchemy_async(aconn, message, payload)
+    elif isinstance(handle, psycopg.Connection | Connection | Session):
+        raise TypeError(f"{type(handle).__name__} is synchronous; use `enqueue(...)`")
+    else:
+        raise TypeError(_unsupported(handle))
+    return EnqueueResult(row_id=row_id, created=created)
+
+
+def _unsupported(handle: object) -> str:
+    return (
+        "enqueue needs a psycopg Connection/AsyncConnection or a SQLAlchemy Connection, "
+        f"AsyncConnection, Session or AsyncSession; got {type(handle).__name__}"
+    )

@@ -1,0 +1,91 @@
+"""``PostgresLeaderLease``: one worker per lane across replicas, as a lease row (catalogue A2).
+
+Theory of operation
+-------------------
+Each lane has one row in ``outbox_leader``: who holds it, the term, when the term began and when the
+lease expires, in *database* time. :meth:`~PostgresLeaderLease.try_acquire` is one statement
+(``statements.LEADER_ACQUIRE``): insert the row, or take it over when it is ours (renewal, same
+term) or expired (a new term). Re-election is therefore a compare-and-set that the database
+serialises on the row; two candidates can never both get a row back for the same live lease.
+
+The leader trusts itself only until ``monotonic time at the START of the attempt + ttl``. The
+database granted ``expires_at = its now + ttl``, and its ``now`` fell no earlier than our attempt
+began, so on a clock that runs at the same rate our deadline comes no later than the database's.
+Network delay, a slow commit or a pause after the reply only shorten our trust; none can stretch it
+past the grant. Wall clocks never enter into it (they jump; monotonic time doesn't).
+
+Why not ``pg_try_advisory_lock``? A session advisory lock belongs to one backend connection: it
+vanishes silently when that connection drops (a pool recycling it, a network blip, a failover), and
+the worker has no way to notice between two statements; and behind a transaction-pooling PgBouncer
+consecutive statements run on different backends, so the lock is taken on one and "held" by nobody
+the application can see. A row with a term and an expiry works through any pooler, survives
+reconnects, and tells everyone who leads and since when.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from outbox_adapters.postgres import statements
+from outbox_core.ports import LeaderTerm
+
+__all__ = ["PostgresLeaderLease"]
+
+
+class PostgresLeaderLease:
+    """:class:`outbox_core.ports.LeaderLease` on the ``outbox_leader`` table.
+
+    Statements run one at a time on a pooled connection, each its own transaction (autocommit or an
+    explicit one), so the lease works behind transaction-pooling PgBouncer too.
+    """
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._pool = pool
+        self._monotonic = monotonic
+
+    async def try_acquire(
+        self, lane: str, holder: str, *, ttl: timedelta, now: datetime | None = None
+    ) -> LeaderTerm | None:
+        """Win or renew ``lane``; ``None`` while another holder's lease is live.
+
+        ``now`` overrides the database clock (tests only).
+        """
+        if ttl <= timedelta(0):
+            raise ValueError(f"a leader lease needs a positive ttl, got {ttl!r}")
+        # Read the monotonic clock BEFORE sending the statement: the database's grant started no
+        # earlier than this instant, so trusting ourselves until started + ttl never outlasts it.
+        started = self._monotonic()
+        params = {"lane": lane, "holder": holder, "ttl": ttl, "now": now}
+        async with self._pool.connection() as conn:
+            if conn.autocommit:
+                cur = await conn.execute(statements.LEADER_ACQUIRE, params)
+                row = await cur.fetchone()
+            else:
+                async with conn.transaction():
+                    cur = await conn.execute(statements.LEADER_ACQUIRE, params)
+                    row = await cur.fetchone()
+        if row is None:
+            return None
+        return LeaderTerm(
+            lane=lane, holder=holder, term=int(row[0]), trusted_until=started + ttl.total_seconds()
+        )
+
+    async def release(self, term: LeaderTerm, *, now: datetime | None = None) -> None:
+        """Expire the lease at once if it is still ``term``; a lost lease is left alone."""
+        params = {"lane": term.lane, "holder": term.holder, "term": term.term, "now": now}
+        async with self._pool.connection() as conn:
+            if conn.autocommit:
+                await conn.execute(statements.LEADER_RELEASE, params)
+            else:
+                async with conn.transaction():
+                    await conn.execute(statements.LEADER_RELEASE, params)

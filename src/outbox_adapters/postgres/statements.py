@@ -1,0 +1,257 @@
+"""Every SQL statement the PostgreSQL store, enqueue and leader lease run, one name each.
+
+Parameters are psycopg's ``%(name)s``. ``now`` is optional everywhere: ``coalesce(%(now)s, now())``
+uses the database clock in production (one clock for every replica) and lets tests inject a time.
+
+The store reads these names *when it runs them* (``statements.CLAIM``), never copies them at import:
+this module is the seam of the SQL mutation matrix (docs: RELIABILITY.md), which swaps a statement
+for a mutant (``SKIP LOCKED`` removed, the lease stamp dropped, a guard dropped, the scrub dropped)
+and checks that the test locking that mechanism turns red. Each mechanism therefore sits on a line
+of its own, so a mutant is one deleted or edited line.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CLAIM",
+    "COUNTS",
+    "ENQUEUE",
+    "ENQUEUE_EXISTING",
+    "FAILED_BY_ERROR",
+    "FAILED_ROWS",
+    "GET_ROW",
+    "LEADER_ACQUIRE",
+    "LEADER_RELEASE",
+    "MARK",
+    "RELEASE",
+    "REQUEUE",
+    "REQUEUE_CANDIDATES_BY_FILTER",
+    "REQUEUE_CANDIDATES_BY_ID",
+]
+
+# --- producer ------------------------------------------------------------------------------------
+
+#: Enqueue on the host's own transaction. With a key already seen in the lane, nothing is written
+#: and no row comes back (the conflict target names the partial unique index's predicate, which is
+#: how PostgreSQL infers a partial index). ``not_before`` NULL means due at once.
+ENQUEUE = """
+INSERT INTO outbox_message (lane, payload, idempotency_key, next_attempt_at)
+VALUES (
+    %(lane)s,
+    %(payload)s::jsonb,
+    %(idempotency_key)s,
+    coalesce(%(not_before)s::timestamptz, now())
+)
+ON CONFLICT (lane, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id
+"""
+
+#: The row an earlier enqueue with the same lane and key wrote.
+ENQUEUE_EXISTING = """
+SELECT id FROM outbox_message
+WHERE lane = %(lane)s AND idempotency_key = %(idempotency_key)s
+"""
+
+# --- worker --------------------------------------------------------------------------------------
+
+#: Claim-lease (ADR-072 decision 1), one short committed transaction:
+#: lock up to ``limit`` due rows of the lane, skipping rows another transaction holds, then count
+#: the attempt (the ONLY place attempts grow), stamp the lease (``next_attempt_at = now + lease``:
+#: no sibling sees the row as due until it expires) and the claim's fencing token.
+#: Rows come back in claim order (due time, then id).
+CLAIM = """
+WITH due AS (
+    SELECT id, next_attempt_at AS due_at
+    FROM outbox_message
+    WHERE lane = %(lane)s
+      AND status = 'pending'
+      AND next_attempt_at <= coalesce(%(now)s::timestamptz, now())
+    ORDER BY next_attempt_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE outbox_message AS m
+    SET attempts = m.attempts + 1,
+        next_attempt_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+        claim_token = %(token)s,
+        claimed_at = coalesce(%(now)s::timestamptz, now()),
+        updated_at = now()
+    FROM due
+    WHERE m.id = due.id
+    RETURNING m.id, m.lane, m.payload, m.attempts, m.claim_token,
+              m.next_attempt_at AS lease_expires_at, m.created_at, due.due_at
+)
+SELECT id, lane, payload, attempts, claim_token, lease_expires_at, created_at
+FROM claimed
+ORDER BY due_at, id
+"""
+
+#: The fenced compare-and-set mark (ADR-072 decision 3, catalogue C10), one statement = one commit.
+#: Applied only while the row is still pending (status guard) under this claim's token (fence);
+#: zero rows matched means the mark is stale and is dropped.
+#: - a retry (status pending) sets the next due time and ends the claim (token cleared), so no
+#:   later mark of the same claim can land;
+#: - a resolved row (dispatched/skipped/failed) keeps its token as the record of which claim
+#:   resolved it, and gets ``resolved_at``;
+#: - dispatched/skipped marks remove the secret payload keys IN THIS SAME UPDATE (catalogue C6);
+#:   ``scrub_keys`` is empty for the other marks, and a failed row keeps its whole payload.
+MARK = """
+UPDATE outbox_message
+SET status = %(status)s::text,
+    last_error = %(reason)s::text,
+    next_attempt_at = coalesce(%(next_attempt_at)s::timestamptz, next_attempt_at),
+    resolved_at = CASE WHEN %(status)s::text = 'pending' THEN NULL
+                       ELSE coalesce(%(now)s::timestamptz, now()) END,
+    claim_token = CASE WHEN %(status)s::text = 'pending' THEN NULL ELSE claim_token END,
+    payload = payload - %(scrub_keys)s::text[],
+    scrubbed_at = CASE WHEN %(status)s::text IN ('dispatched', 'skipped')
+                       THEN coalesce(%(now)s::timestamptz, now()) ELSE scrubbed_at END,
+    updated_at = now()
+WHERE id = %(id)s
+  AND status = 'pending'
+  AND claim_token = %(token)s
+"""
+
+#: Give back a claimed row that was never started (graceful shutdown): due now, the claim's
+#: attempt refunded, the claim ended. Fenced exactly like a mark.
+RELEASE = """
+UPDATE outbox_message
+SET attempts = greatest(attempts - 1, 0),
+    next_attempt_at = coalesce(%(now)s::timestamptz, now()),
+    claim_token = NULL,
+    claimed_at = NULL,
+    updated_at = now()
+WHERE id = %(id)s
+  AND status = 'pending'
+  AND claim_token = %(token)s
+"""
+
+# --- operator ------------------------------------------------------------------------------------
+
+#: Requeue, step 1 (by id): lock the named rows so their state can't change before step 2, and
+#: read what ``check_requeue`` needs. Ids that come back nowhere are unknown.
+REQUEUE_CANDIDATES_BY_ID = """
+SELECT id, status, scrubbed_at IS NOT NULL AS scrubbed
+FROM outbox_message
+WHERE id = ANY(%(ids)s::bigint[])
+ORDER BY id
+FOR UPDATE
+"""
+
+#: Requeue, step 1 (by filter): lock the failed rows that match every filter given (NULL = any).
+REQUEUE_CANDIDATES_BY_FILTER = """
+SELECT id, status, scrubbed_at IS NOT NULL AS scrubbed
+FROM outbox_message
+WHERE status = 'failed'
+  AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
+  AND (%(failed_since)s::timestamptz IS NULL OR resolved_at >= %(failed_since)s::timestamptz)
+  AND (%(failed_before)s::timestamptz IS NULL OR resolved_at < %(failed_before)s::timestamptz)
+  AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s::text) > 0)
+ORDER BY id
+FOR UPDATE
+"""
+
+#: Requeue, step 2: failed → pending, attempts reset, due now, the claim and error cleared, and an
+#: audit row that keeps who did it and what the row had failed with. One statement, so the audit
+#: can't be missing for a requeued row; guarded on ``status = 'failed'``.
+REQUEUE = """
+WITH previous AS (
+    SELECT id, attempts, last_error
+    FROM outbox_message
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'failed'
+    FOR UPDATE
+),
+requeued AS (
+    UPDATE outbox_message AS m
+    SET status = 'pending',
+        attempts = 0,
+        next_attempt_at = now(),
+        claim_token = NULL,
+        claimed_at = NULL,
+        last_error = NULL,
+        resolved_at = NULL,
+        updated_at = now()
+    FROM previous
+    WHERE m.id = previous.id
+      AND m.status = 'failed'
+    RETURNING m.id, previous.attempts, previous.last_error
+)
+INSERT INTO outbox_requeue_audit (message_id, actor, previous_attempts, previous_error)
+SELECT id, %(actor)s, attempts, last_error FROM requeued
+RETURNING message_id
+"""
+
+#: The columns an operator sees of a row (``outbox get``, ``outbox failed``).
+_ROW_COLUMNS = """
+    id, lane, status, payload, attempts, next_attempt_at, claim_token, claimed_at, last_error,
+    idempotency_key, created_at, updated_at, resolved_at, scrubbed_at
+"""
+
+#: One row by id.
+GET_ROW = f"SELECT {_ROW_COLUMNS} FROM outbox_message WHERE id = %(id)s"  # noqa: S608 - constant
+
+#: The most recent failed rows (of one lane, or of all), newest failure first.
+FAILED_ROWS = f"""
+SELECT {_ROW_COLUMNS}
+FROM outbox_message
+WHERE status = 'failed' AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
+ORDER BY resolved_at DESC, id DESC
+LIMIT %(limit)s
+"""  # noqa: S608 - built from constants only
+
+#: Failed rows grouped by error: what broke, how often, over what time span.
+FAILED_BY_ERROR = """
+SELECT last_error AS error, count(*) AS rows, min(resolved_at) AS first_failed_at,
+       max(resolved_at) AS last_failed_at
+FROM outbox_message
+WHERE status = 'failed' AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
+GROUP BY last_error
+ORDER BY count(*) DESC, last_error
+"""
+
+#: Rows per lane and status (``outbox stats``). Counts the whole history: an operator command, not
+#: something to poll.
+COUNTS = """
+SELECT lane, status, count(*) AS rows
+FROM outbox_message
+GROUP BY lane, status
+ORDER BY lane, status
+"""
+
+# --- leader lease --------------------------------------------------------------------------------
+
+#: Win or renew a lane's leadership in one statement (catalogue A2). The row is taken when it is
+#: ours and still live (renewal: same term, later expiry) or when it has expired (a new term, even
+#: for the same holder: it stopped trusting itself at expiry, so its old term ended). A live lease of
+#: another holder matches nothing and no row comes back. Expiry is in database time.
+LEADER_ACQUIRE = """
+INSERT INTO outbox_leader AS l (lane, holder, term, elected_at, expires_at)
+VALUES (
+    %(lane)s,
+    %(holder)s,
+    1,
+    coalesce(%(now)s::timestamptz, now()),
+    coalesce(%(now)s::timestamptz, now()) + %(ttl)s::interval
+)
+ON CONFLICT (lane) DO UPDATE
+SET term = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > EXCLUDED.elected_at
+                THEN l.term ELSE l.term + 1 END,
+    elected_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > EXCLUDED.elected_at
+                      THEN l.elected_at ELSE EXCLUDED.elected_at END,
+    holder = EXCLUDED.holder,
+    expires_at = EXCLUDED.expires_at
+WHERE l.holder = EXCLUDED.holder
+   OR l.expires_at <= EXCLUDED.elected_at
+RETURNING term
+"""
+
+#: Step down: expire the lease now, only if it is still this holder's term (compare-and-set).
+#: The row stays, so the next winner's term is one higher (terms never repeat in a lane).
+LEADER_RELEASE = """
+UPDATE outbox_leader
+SET expires_at = least(expires_at, coalesce(%(now)s::timestamptz, now()))
+WHERE lane = %(lane)s
+  AND holder = %(holder)s
+  AND term = %(term)s
+"""

@@ -1,0 +1,330 @@
+"""``PostgresStore``: the outbox store on PostgreSQL with psycopg 3 (catalogue A1).
+
+Theory of operation
+-------------------
+Every write is one short statement or one short transaction on a pooled connection; nothing holds a
+transaction open across a send.
+
+- ``claim_due`` locks due rows with ``FOR UPDATE SKIP LOCKED``, counts the attempt, stamps the lease
+  and the claim token, and commits at once (ADR-072 decision 1). The lease is the crash-recovery
+  bound *and* the exclusion between workers: a claimed row is not due again until it expires.
+- ``mark_if_pending`` is a fenced compare-and-set (``status = 'pending' AND claim_token = :token``)
+  on a connection of its own, committed by itself: one row's result never waits for, or rolls back
+  with, another's. That is the per-row duplicate bound. Zero rows matched means a sibling owns the
+  row now (or it was resolved): the mark is *stale*, logged, counted and reported, never applied.
+- ``requeue_failed`` runs in one transaction: lock the candidates, let
+  :func:`outbox_core.delivery.check_requeue` judge each, requeue the accepted ones with an audit row.
+
+The SQL lives in :mod:`.statements` and is looked up at call time, so the mutation matrix can swap
+a statement for a mutant.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from outbox_adapters.postgres import statements
+from outbox_core.delivery import Status, check_requeue
+from outbox_core.errors import RequeueRefused
+from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, RowId
+from outbox_core.ports import ClaimRequest, MarkResult, RequeueRequest, RequeueResult
+
+__all__ = ["ErrorGroup", "FailedReport", "PostgresStore", "StoreStats", "StoredRow"]
+
+_log = logging.getLogger(__name__)
+
+#: The reason given for a requeue of an id no row has.
+NO_SUCH_ROW = "no such row"
+
+
+@attrs.define
+class StoreStats:
+    """Counters since the store was built (for logs, metrics and tests)."""
+
+    #: Rows handed out by ``claim_due``.
+    claimed_rows: int = 0
+    #: Marks (and releases) the fence accepted.
+    applied_marks: int = 0
+    #: Marks (and releases) the fence refused: dropped, never applied.
+    stale_marks: int = 0
+
+
+@attrs.frozen
+class StoredRow:
+    """A row as an operator sees it. ``payload`` is raw: redact it before showing it anywhere."""
+
+    id: int
+    lane: str
+    status: Status
+    payload: JSONObject
+    attempts: int
+    next_attempt_at: datetime
+    claim_token: str | None
+    claimed_at: datetime | None
+    last_error: str | None
+    idempotency_key: str | None
+    created_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+    scrubbed_at: datetime | None
+
+
+@attrs.frozen
+class ErrorGroup:
+    """Failed rows that share an error."""
+
+    error: str | None
+    rows: int
+    first_failed_at: datetime | None
+    last_failed_at: datetime | None
+
+
+@attrs.frozen
+class FailedReport:
+    """The newest failed rows, and every failed row grouped by error."""
+
+    rows: tuple[StoredRow, ...]
+    by_error: tuple[ErrorGroup, ...]
+
+
+def _row_id(value: RowId) -> int:
+    """PostgreSQL ids are bigints; a string of digits is accepted (ids typed in on a CLI)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"a row id is an int, got {type(value).__name__} {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"a PostgreSQL row id is an integer, got {value!r}") from None
+
+
+def _stored(record: Mapping[str, Any]) -> StoredRow:
+    return StoredRow(**{**record, "status": Status(record["status"])})
+
+
+class PostgresStore:
+    """:class:`outbox_core.ports.OutboxStore` on a ``psycopg_pool.AsyncConnectionPool``.
+
+    Build it on a pool you own (``PostgresStore(pool)``), or let :meth:`open` create one (then
+    :meth:`close`, or ``async with``, closes it). Size the pool for one claim plus the marks in
+    flight: marks run on connections of their own. Nothing is done in the constructor.
+    """
+
+    def __init__(self, pool: AsyncConnectionPool[Any], *, owns_pool: bool = False) -> None:
+        self._pool = pool
+        self._owns_pool = owns_pool
+        #: Counters since the store was built.
+        self.stats = StoreStats()
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_kwargs: Mapping[str, Any] | None = None,
+    ) -> Self:
+        """Create and open a pool of autocommit connections, and a store that owns it.
+
+        Autocommit makes a mark a single round trip (the statement is its own transaction);
+        multi-statement work still runs inside explicit transactions.
+        """
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, **(connect_kwargs or {})},
+            open=False,
+            name="outbox-store",
+        )
+        await pool.open(wait=True)
+        return cls(pool, owns_pool=True)
+
+    async def close(self) -> None:
+        """Close the pool if :meth:`open` created it; a pool you passed in stays yours."""
+        if self._owns_pool:
+            await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- the port ---------------------------------------------------------------------------------
+
+    async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
+        params = {
+            "lane": request.lane,
+            "limit": request.limit,
+            "lease": request.lease,
+            "token": request.token.value,
+            "now": request.now,
+        }
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(statements.CLAIM, params)
+            records = await cur.fetchall()
+        rows = [
+            ClaimedRow(
+                id=r["id"],
+                lane=r["lane"],
+                payload=r["payload"],
+                attempts=r["attempts"],
+                token=ClaimToken(r["claim_token"]),
+                lease_expires_at=r["lease_expires_at"],
+                created_at=r["created_at"],
+            )
+            for r in records
+        ]
+        self.stats.claimed_rows += len(rows)
+        return rows
+
+    async def mark_if_pending(self, mark: Mark) -> MarkResult:
+        params = {
+            "id": _row_id(mark.row_id),
+            "token": mark.token.value,
+            "status": mark.status.value,
+            "reason": mark.reason,
+            "next_attempt_at": mark.next_attempt_at,
+            "scrub_keys": sorted(mark.scrub_keys),
+            "now": None,
+        }
+        matched = await self._one_statement(statements.MARK, params)
+        return self._fenced(matched, mark.row_id, f"mark {mark.status}")
+
+    async def release(
+        self, row_id: RowId, token: ClaimToken, *, now: datetime | None = None
+    ) -> MarkResult:
+        params = {"id": _row_id(row_id), "token": token.value, "now": now}
+        matched = await self._one_statement(statements.RELEASE, params)
+        return self._fenced(matched, row_id, "release")
+
+    async def requeue_failed(self, request: RequeueRequest) -> RequeueResult:
+        refused: dict[RowId, str] = {}
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            if request.row_ids is not None:
+                wanted = self._known_ids(request.row_ids, refused)
+                await cur.execute(statements.REQUEUE_CANDIDATES_BY_ID, {"ids": list(wanted)})
+            else:
+                wanted = {}
+                await cur.execute(
+                    statements.REQUEUE_CANDIDATES_BY_FILTER,
+                    {
+                        "lane": request.lane,
+                        "failed_since": request.failed_since,
+                        "failed_before": request.failed_before,
+                        "error_contains": request.error_contains,
+                    },
+                )
+            candidates = await cur.fetchall()
+            accepted: list[int] = []
+            for candidate in candidates:
+                try:
+                    check_requeue(Status(candidate["status"]), scrubbed=candidate["scrubbed"])
+                except RequeueRefused as refusal:
+                    refused[wanted.get(candidate["id"], candidate["id"])] = str(refusal)
+                else:
+                    accepted.append(candidate["id"])
+            found = {candidate["id"] for candidate in candidates}
+            for number, given in wanted.items():
+                if number not in found:
+                    refused[given] = NO_SUCH_ROW
+            requeued: list[int] = []
+            if accepted:
+                await cur.execute(statements.REQUEUE, {"ids": accepted, "actor": request.actor})
+                requeued = sorted(r["message_id"] for r in await cur.fetchall())
+        if requeued:
+            _log.info(
+                "requeued %d failed row(s) for %s",
+                len(requeued),
+                request.actor,
+                extra={"outbox_row_ids": requeued, "outbox_actor": request.actor},
+            )
+        return RequeueResult(requeued=tuple(wanted.get(i, i) for i in requeued), refused=refused)
+
+    # --- operator reads ---------------------------------------------------------------------------
+
+    async def get(self, row_id: RowId) -> StoredRow | None:
+        """One row, or ``None``. The payload is raw: redact before showing it."""
+        async with self._pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(statements.GET_ROW, {"id": _row_id(row_id)})
+            record = await cur.fetchone()
+        return None if record is None else _stored(record)
+
+    async def list_failed(self, lane: str | None = None, limit: int = 100) -> FailedReport:
+        """The ``limit`` newest failed rows, and all failed rows grouped by error."""
+        async with self._pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(statements.FAILED_ROWS, {"lane": lane, "limit": limit})
+            rows = tuple(_stored(r) for r in await cur.fetchall())
+            await cur.execute(statements.FAILED_BY_ERROR, {"lane": lane})
+            groups = tuple(ErrorGroup(**r) for r in await cur.fetchall())
+        return FailedReport(rows=rows, by_error=groups)
+
+    async def counts(self) -> dict[str, dict[Status, int]]:
+        """Rows per lane and status, e.g. ``{"email": {Status.PENDING: 3, ...}}``."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(statements.COUNTS)
+            records = await cur.fetchall()
+        result: dict[str, dict[Status, int]] = {}
+        for lane, status, rows in records:
+            result.setdefault(lane, {})[Status(status)] = rows
+        return result
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    async def _one_statement(self, query: str, params: Mapping[str, Any]) -> int:
+        """Run one write as its own transaction on a connection of its own; rows matched."""
+        async with self._pool.connection() as conn:
+            if conn.autocommit:
+                return await _rowcount(conn, query, params)
+            async with conn.transaction():
+                return await _rowcount(conn, query, params)
+
+    def _fenced(self, matched: int, row_id: RowId, what: str) -> MarkResult:
+        if matched:
+            self.stats.applied_marks += 1
+            return MarkResult.APPLIED
+        self.stats.stale_marks += 1
+        # The row id only: a payload may hold secrets, and a stale mark is no reason to show one.
+        _log.warning(
+            "stale %s dropped: row %s is no longer pending under this claim "
+            "(its lease expired and a sibling re-claimed it, or it was already resolved)",
+            what,
+            row_id,
+            extra={"outbox_row_id": row_id, "outbox_stale": what},
+        )
+        return MarkResult.STALE
+
+    @staticmethod
+    def _known_ids(row_ids: Sequence[RowId], refused: dict[RowId, str]) -> dict[int, RowId]:
+        """Map each usable id to the value the caller gave; an unusable one is no such row."""
+        wanted: dict[int, RowId] = {}
+        for given in row_ids:
+            try:
+                wanted[_row_id(given)] = given
+            except (TypeError, ValueError):
+                refused[given] = NO_SUCH_ROW
+        return wanted
+
+
+async def _rowcount(conn: AsyncConnection[Any], query: str, params: Mapping[str, Any]) -> int:
+    cur = await conn.execute(query, params)
+    return cur.rowcount

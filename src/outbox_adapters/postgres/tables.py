@@ -1,0 +1,166 @@
+"""The outbox tables as SQLAlchemy Core ``MetaData`` (catalogue A1).
+
+A host that manages its schema with Alembic adds :data:`metadata` to its ``target_metadata`` (a list
+is accepted) and lets autogenerate write the migration; a host without Alembic runs
+``outbox schema apply`` (:mod:`outbox_adapters.postgres.schema`), which emits the same DDL.
+
+The names are fixed (``outbox_message``, ``outbox_requeue_audit``, ``outbox_leader``) and the tables
+live in the connection's current schema: the SQL in :mod:`.statements` names them unqualified, so a
+host that wants them elsewhere sets ``search_path`` on the outbox's connections.
+
+Rows are kept after they are sent. A ``dispatched`` row is the delivery record (which message went
+out, when, after how many attempts), so the table only grows; every index the hot path uses is
+*partial* over the few rows that still matter (``pending``, ``failed``), which keeps claiming as cheap
+with a hundred million sent rows as with none.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+from outbox_core.delivery import Status
+
+__all__ = [
+    "MESSAGE_STORAGE",
+    "metadata",
+    "outbox_leader",
+    "outbox_message",
+    "outbox_requeue_audit",
+]
+
+#: Every constraint and index gets a stable name, so Alembic migrations and ``schema verify`` agree.
+metadata: Final = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# jsonb on PostgreSQL (the ``-`` operator the scrub uses needs it); plain JSON on other dialects.
+_Payload = JSON().with_variant(JSONB(), "postgresql")
+
+_STATUSES = ", ".join(f"'{status.value}'" for status in Status)
+
+#: Storage parameters of ``outbox_message``, a small hot queue on top of an ever-growing history.
+#:
+#: - ``fillfactor=80``: a claim or a mark rewrites the row. Those updates change indexed columns
+#:   (``next_attempt_at``, ``status`` in the partial indexes' predicates), so PostgreSQL can't make
+#:   them HOT; the free fifth of each page still lets the new row version land on the *same* page,
+#:   so a row's three or four versions share one page instead of scattering new pages at the end.
+#: - ``autovacuum_vacuum_scale_factor=0.01`` + ``autovacuum_vacuum_threshold=1000``: the default
+#:   (20 % of the table) waits for ever longer as the sent history grows, while the dead versions
+#:   left by claims and marks pile up in the pending index the claim walks. 1 % plus a fixed floor
+#:   keeps vacuum frequent; it is cheap because the all-visible history is skipped via the
+#:   visibility map.
+#: - ``autovacuum_analyze_scale_factor=0.02``: keeps the planner's view of the pending fraction
+#:   fresh, for the same reason.
+MESSAGE_STORAGE: Final = {
+    "fillfactor": 80,
+    "autovacuum_vacuum_scale_factor": 0.01,
+    "autovacuum_vacuum_threshold": 1000,
+    "autovacuum_analyze_scale_factor": 0.02,
+}
+
+#: One row per message. ``status`` follows :mod:`outbox_core.delivery`.
+outbox_message: Final = Table(
+    "outbox_message",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    #: The queue the row belongs to (``email``, ``webhook``, ...); each lane is claimed separately.
+    Column("lane", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default=Status.PENDING.value),
+    Column("payload", _Payload, nullable=False),
+    #: Claims so far. Only the claim increments it; an operator's requeue resets it to 0.
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    #: When the row is due. While the row is claimed it doubles as the lease expiry: the claim
+    #: pushes it to ``now + lease``, so a sibling can take the row only after the lease ran out.
+    Column("next_attempt_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    #: The fencing token of the latest claim; every mark must present it (catalogue C10).
+    Column("claim_token", Text, nullable=True),
+    Column("claimed_at", DateTime(timezone=True), nullable=True),
+    #: Why the last attempt failed or was skipped. A sentence, never a secret.
+    Column("last_error", Text, nullable=True),
+    #: The producer's key; a second enqueue with the same lane and key writes nothing.
+    Column("idempotency_key", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    #: When the row became dispatched, skipped or failed (NULL while pending).
+    Column("resolved_at", DateTime(timezone=True), nullable=True),
+    #: When the dispatched/skipped mark removed the secret payload keys (catalogue C6).
+    Column("scrubbed_at", DateTime(timezone=True), nullable=True),
+    CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+    CheckConstraint("attempts >= 0", name="attempts"),
+    postgresql_with=MESSAGE_STORAGE,
+)
+
+#: The claim's index: due pending rows of a lane in claim order. Partial, so sent rows cost nothing.
+Index(
+    "ix_outbox_message_due",
+    outbox_message.c.lane,
+    outbox_message.c.next_attempt_at,
+    outbox_message.c.id,
+    postgresql_where=outbox_message.c.status == Status.PENDING.value,
+)
+#: The operator's index: failed rows of a lane by when they failed (``outbox failed``, requeue).
+Index(
+    "ix_outbox_message_failed",
+    outbox_message.c.lane,
+    outbox_message.c.resolved_at,
+    postgresql_where=outbox_message.c.status == Status.FAILED.value,
+)
+#: The producer's idempotency key, unique per lane. ``enqueue`` names this index's columns and
+#: predicate in ``ON CONFLICT (lane, idempotency_key) WHERE idempotency_key IS NOT NULL``.
+Index(
+    "uq_outbox_message_idempotency_key",
+    outbox_message.c.lane,
+    outbox_message.c.idempotency_key,
+    unique=True,
+    postgresql_where=outbox_message.c.idempotency_key.is_not(None),
+)
+
+#: Who put which failed row back to pending, and what it had failed with.
+#:
+#: ``message_id`` is deliberately not a foreign key: the audit trail must outlive a pruned message.
+outbox_requeue_audit: Final = Table(
+    "outbox_requeue_audit",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("message_id", BigInteger, nullable=False, index=True),
+    Column("actor", Text, nullable=False),
+    Column("requeued_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("previous_attempts", Integer, nullable=False),
+    Column("previous_error", Text, nullable=True),
+)
+
+#: One leadership lease per lane (catalogue A2; see :mod:`.leader`).
+outbox_leader: Final = Table(
+    "outbox_leader",
+    metadata,
+    Column("lane", Text, primary_key=True),
+    Column("holder", Text, nullable=False),
+    #: Grows by one each time leadership starts afresh; a renewal keeps it.
+    Column("term", BigInteger, nullable=False),
+    Column("elected_at", DateTime(timezone=True), nullable=False),
+    #: In database time; past it, anyone may take the lane.
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("term >= 1", name="term"),
+)
