@@ -3,8 +3,8 @@
 
 Theory of operation
 -------------------
-Every value that reaches a message passes three gates, and any one of them alone would stop the
-hostile inputs listed in RELIABILITY.md ("Hostile input"):
+Every value that reaches a message passes three gates, each meant to stop the hostile inputs of
+RELIABILITY.md ("Hostile input") on its own; together they are defence in depth:
 
 1. **Values in.** :func:`validate_address` accepts only a bare dot-atom addr-spec and returns the
    normalised form (lower-case A-label domain) that is then used, unchanged, both on the SMTP
@@ -365,12 +365,9 @@ def _utc(date: datetime) -> datetime:
     return date.astimezone(UTC).replace(microsecond=0)
 
 
-# Why the library writes header text itself: CPython 3.11's folder drops the quotes and escapes
-# of a long quoted display name (its quotes and brackets then become syntax), and it can put the
-# space of a subject between two encoded words, where RFC 2047 §6.2 tells readers to drop it.
-# The rules here are simple enough to check by eye: printable ASCII that fits a 78-character line
-# (RFC 5322 §2.1.1) is written as itself; anything else becomes base64 encoded words of at most
-# 75 characters (RFC 2047 §2), one per folded line, split between characters.
+# Header text (gate 2 of the module docstring): printable ASCII that fits a 78-character line
+# (RFC 5322 §2.1.1) goes as itself; anything else as base64 encoded words of at most 75
+# characters (RFC 2047 §2), one per folded line, split between characters, never inside one.
 
 
 def _unstructured(label: str, value: str) -> str:
@@ -413,8 +410,16 @@ class _Intended:
 
 
 # The only headers a message may carry (lower-cased), plus Reply-To when one is given.
-_HEADERS = ["content-transfer-encoding", "content-type", "date", "from", "message-id"]
-_HEADERS += ["mime-version", "subject", "to"]
+_HEADERS = (
+    "content-transfer-encoding",
+    "content-type",
+    "date",
+    "from",
+    "message-id",
+    "mime-version",
+    "subject",
+    "to",
+)
 
 
 def _verify_wire(data: bytes, intended: _Intended, *, multipart: bool) -> None:
@@ -428,7 +433,7 @@ def _verify_wire(data: bytes, intended: _Intended, *, multipart: bool) -> None:
             " it was not sent"
         )
     parsed = email.message_from_bytes(data, policy=email.policy.default)
-    want_names = [*_HEADERS, "reply-to"] if intended.reply_to else list(_HEADERS)
+    want_names = [*_HEADERS, *(["reply-to"] if intended.reply_to else [])]
     if multipart:
         want_names.remove("content-transfer-encoding")
     want_types = (

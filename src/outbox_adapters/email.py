@@ -1,0 +1,102 @@
+"""The e-mail lane: the row handler that turns a claimed row into a message and sends it.
+
+The payload is re-validated at send time (recipients, header values, templates): a row that can't
+be turned into a safe message is a permanent failure with the reason, never an SMTP command. Secret
+links live in their own payload keys and are substituted into the body here, at send time, so the
+mark that records the send can scrub them from the stored row.
+
+Enqueue helpers build a :class:`~outbox_core.messages.NewMessage` for the ``email`` lane and refuse a
+bad message where the caller can catch it (``InvalidPayload``, ``InvalidRecipient``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from outbox_core.errors import InvalidMessage
+from outbox_core.mail import build_message
+from outbox_core.messages import ClaimedRow, NewMessage
+from outbox_core.outcomes import Outcome
+from outbox_core.payload import EmailPayload, validate_payload
+from outbox_core.ports import Clock, Mailer
+
+__all__ = ["EMAIL_LANE", "EmailHandler", "email_message"]
+
+#: The lane e-mail rows are written to unless the host picks another.
+EMAIL_LANE = "email"
+
+
+def email_message(  # noqa: PLR0913 - keyword-only, one argument per message part
+    *,
+    to: str | Sequence[str],
+    subject: str,
+    text: str,
+    html: str | None = None,
+    reply_to: str | None = None,
+    sender_name: str | None = None,
+    fields: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    not_before: datetime | None = None,
+    lane: str = EMAIL_LANE,
+) -> NewMessage:
+    """A validated e-mail message to enqueue. Raises ``InvalidMessage`` subclasses on bad input.
+
+    ``subject``, ``text`` and ``html`` are ``string.Template`` texts; ``$name`` placeholders are
+    filled from ``fields`` at send time (e.g. ``password_reset_url``), so secret links can be
+    scrubbed from the row once it is sent.
+    """
+    payload: dict[str, Any] = {**(fields or {}), "to": to if isinstance(to, str) else list(to)}
+    payload.update({"subject": subject, "text": text})
+    optional = {"html": html, "reply_to": reply_to, "sender_name": sender_name}
+    payload.update({key: value for key, value in optional.items() if value is not None})
+    checked = validate_payload(payload)
+    EmailPayload.from_payload(checked)  # every rule checked now, where the caller can catch it
+    return NewMessage(lane, checked, idempotency_key=idempotency_key, not_before=not_before)
+
+
+class EmailHandler:
+    """:class:`outbox_core.ports.RowHandler` for the e-mail lane."""
+
+    def __init__(  # noqa: PLR0913 - keyword-only collaborators and options
+        self,
+        mailer: Mailer,
+        *,
+        sender: str,
+        clock: Clock,
+        sender_name: str | None = None,
+        message_id_domain: str | None = None,
+        suppressed: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.mailer = mailer
+        self.sender = sender
+        self.sender_name = sender_name
+        self.clock = clock
+        self.domain = message_id_domain or sender.rpartition("@")[2]
+        self.suppressed = suppressed
+
+    def message_id(self, row: ClaimedRow) -> str:
+        """Stable per row, so every attempt (and any duplicate) carries the same Message-ID."""
+        return f"<outbox.{row.lane}.{row.id}.{int(row.created_at.timestamp())}@{self.domain}>"
+
+    async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        try:
+            payload = EmailPayload.from_payload(row.payload)
+            subject, text, html = payload.render()
+            if self.suppressed is not None and all(self.suppressed(a) for a in payload.to):
+                return Outcome.skipped("every recipient is suppressed")
+            mail = build_message(
+                sender=self.sender,
+                sender_name=payload.sender_name or self.sender_name,
+                to=payload.to,
+                subject=subject,
+                text=text,
+                html=html,
+                reply_to=payload.reply_to,
+                message_id=self.message_id(row),
+                date=self.clock.now(),
+            )
+        except InvalidMessage as exc:
+            return Outcome.permanent(f"undeliverable: {exc}")
+        return await self.mailer.send(mail, budget=budget)

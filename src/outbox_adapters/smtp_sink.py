@@ -1,0 +1,224 @@
+"""An in-process SMTP server that records what it receives: the demo's sink and the tests' peer.
+
+It is a real SMTP server (aiosmtpd) on a loopback port, speaking STARTTLS (default), implicit TLS
+or plaintext, with a throwaway certificate authority from ``trustme``. Recipients whose local part
+starts with ``transient`` get ``451 4.3.0`` and ones starting with ``bounce`` get ``550 5.1.1``, so a
+demo or a test can provoke both kinds of failure with real replies.
+
+It counts every MAIL, RCPT, DATA and AUTH command it receives, and how many of them arrived
+*without* TLS, so a test can prove that strict STARTTLS sent nothing in plaintext.
+
+Needs the ``embedded`` extra (``aiosmtpd``, ``trustme``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import attrs
+import trustme
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+
+__all__ = ["ReceivedMail", "SinkHandler", "SmtpSink"]
+
+SinkTls = Literal["starttls", "tls", "none"]
+
+
+@attrs.frozen
+class ReceivedMail:
+    """One accepted message, exactly as the server received it."""
+
+    envelope_from: str
+    recipients: tuple[str, ...]
+    #: The DATA bytes as received (dot-unstuffed, CRLF line endings).
+    data: bytes
+    #: True when the message arrived over TLS.
+    tls: bool
+
+
+def _tls_active(server: SMTP) -> bool:
+    transport = server.transport
+    return transport is not None and transport.get_extra_info("ssl_object") is not None
+
+
+class SinkHandler:
+    """aiosmtpd handler: records messages and commands, fails chosen recipients."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.received: list[ReceivedMail] = []
+        self.commands: Counter[str] = Counter()
+        self.plaintext_commands: Counter[str] = Counter()
+
+    def _count(self, server: SMTP, command: str) -> None:
+        with self._lock:
+            self.commands[command] += 1
+            if not _tls_active(server):
+                self.plaintext_commands[command] += 1
+
+    async def handle_MAIL(  # noqa: N802 - aiosmtpd's hook name
+        self,
+        server: SMTP,
+        _session: Session,
+        envelope: Envelope,
+        address: str,
+        mail_options: list[str],
+    ) -> str:
+        self._count(server, "MAIL")
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 2.1.0 OK"
+
+    async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
+        self,
+        server: SMTP,
+        _session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
+        self._count(server, "RCPT")
+        local = address.partition("@")[0].lower()
+        if local.startswith("transient"):
+            return "451 4.3.0 Mailbox temporarily unavailable, try again later"
+        if local.startswith("bounce"):
+            return "550 5.1.1 No such user here"
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 2.1.5 OK"
+
+    async def handle_DATA(  # noqa: N802 - aiosmtpd's hook name
+        self, server: SMTP, _session: Session, envelope: Envelope
+    ) -> str:
+        self._count(server, "DATA")
+        content = envelope.original_content or b""
+        mail = ReceivedMail(
+            envelope_from=str(envelope.mail_from),
+            recipients=tuple(envelope.rcpt_tos),
+            data=content,
+            tls=_tls_active(server),
+        )
+        with self._lock:
+            self.received.append(mail)
+        return "250 2.0.0 Queued"
+
+    def snapshot(self) -> list[ReceivedMail]:
+        with self._lock:
+            return list(self.received)
+
+
+class _Authenticator:
+    def __init__(self, handler: SinkHandler, username: str, password: str) -> None:
+        self._handler = handler
+        self._username = username.encode()
+        self._password = password.encode()
+
+    def __call__(
+        self,
+        server: SMTP,
+        _session: Session,
+        _envelope: Envelope,
+        _mechanism: str,
+        data: Any,  # noqa: ANN401
+    ) -> AuthResult:
+        self._handler._count(server, "AUTH")  # noqa: SLF001 - the handler is ours
+        ok = (
+            isinstance(data, LoginPassword)
+            and data.login == self._username
+            and data.password == self._password
+        )
+        return AuthResult(success=ok)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (aiosmtpd 1.4's Controller can't take port 0)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class SmtpSink:
+    """A real SMTP server on loopback. Use as a context manager, or call start()/stop()."""
+
+    def __init__(
+        self,
+        *,
+        tls: SinkTls = "starttls",
+        advertise_starttls: bool = True,
+        username: str | None = None,
+        password: str | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.tls: SinkTls = tls
+        self.host = host
+        self.port = 0
+        self.handler = SinkHandler()
+        self._advertise_starttls = advertise_starttls
+        self._credentials = (username, password) if username and password else None
+        self._ca = trustme.CA()
+        self._dir = tempfile.TemporaryDirectory(prefix="outbox-smtp-")
+        self.ca_file = Path(self._dir.name) / "ca.pem"
+        self._ca.cert_pem.write_to_path(str(self.ca_file))
+        self._controller: Controller | None = None
+
+    def client_context(self) -> ssl.SSLContext:
+        """An SSL context that trusts this sink's certificate authority (and nothing else)."""
+        context = ssl.create_default_context()
+        self._ca.configure_trust(context)
+        return context
+
+    def _server_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._ca.issue_cert("localhost", "127.0.0.1").configure_cert(context)
+        return context
+
+    def start(self) -> Self:
+        self.port = free_port(self.host)
+        kwargs: dict[str, Any] = {}
+        if self.tls == "starttls" and self._advertise_starttls:
+            kwargs["tls_context"] = self._server_context()
+        if self.tls == "tls":
+            kwargs["ssl_context"] = self._server_context()
+        if self._credentials:
+            kwargs["authenticator"] = _Authenticator(self.handler, *self._credentials)
+            # aiosmtpd only knows about TLS that STARTTLS set up; under implicit TLS the whole
+            # connection is encrypted, so its "require TLS for AUTH" check must be off there.
+            kwargs["auth_require_tls"] = self.tls != "tls"
+        self._controller = Controller(
+            self.handler, hostname=self.host, port=self.port, server_hostname="localhost", **kwargs
+        )
+        self._controller.start()
+        return self
+
+    def stop(self) -> None:
+        if self._controller is not None:
+            with contextlib.suppress(Exception):
+                self._controller.stop()
+            self._controller = None
+        self._dir.cleanup()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    @property
+    def received(self) -> list[ReceivedMail]:
+        return self.handler.snapshot()
+
+
+@contextlib.contextmanager
+def running_sink(**kwargs: Any) -> Iterator[SmtpSink]:  # noqa: ANN401
+    """``with running_sink(tls="starttls") as sink: ...``"""
+    with SmtpSink(**kwargs) as sink:
+        yield sink

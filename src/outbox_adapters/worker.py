@@ -1,0 +1,382 @@
+"""The worker: the loop of DESIGN.md, written once against the ports.
+
+Theory of operation
+-------------------
+One pass (:meth:`Worker.run_once`) is::
+
+    claim  ── one short committed transaction: up to batch_size due rows, attempts + 1, a lease
+              of claim_lease(batch_size), a fresh claim token
+    for each row, outside any transaction, while the batch timeout runs:
+        gate   ── start the row only if a whole per-row budget still fits in the batch;
+                  otherwise release it (due again at once, attempt refunded)
+        send   ── the handler, under min(per-row budget - mark budget, time left on the lease):
+                  a worker never sends after its own lease has ended (a sibling may own the row)
+        decide ── outbox_core.decide(row, outcome, now) → Mark (the adapter reported, the core decides)
+        mark   ── detached: it runs in a task of its own with its own budget, shielded from the
+                  batch's cancellation, so work already done is always recorded. The store applies
+                  it only if the row is still pending under this claim's token (the fence).
+
+A handler that raises is that row's failure (``InvalidMessage`` → permanent, anything else →
+transient) and never strands the rest of the batch. A row whose send is cut off by the batch
+timeout is left alone: it keeps its lease and is claimed again after it (RELIABILITY F10).
+
+Stopping (:meth:`Worker.request_stop`, wired to SIGTERM by the CLI) stops claiming, lets the row in
+flight finish, releases the rows not yet started, and waits for the marks in flight.
+
+The loop is the same over the in-memory fakes and over PostgreSQL/SMTP; the tests run both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import secrets
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import attrs
+
+from outbox_adapters.clock import SystemClock
+from outbox_core.backoff import EMAIL_BACKOFF, Backoff
+from outbox_core.decide import DEFAULT_RETRY_AFTER_CAP, decide
+from outbox_core.delivery import Status
+from outbox_core.errors import InvalidMessage
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark
+from outbox_core.outcomes import Outcome
+from outbox_core.ports import (
+    ClaimRequest,
+    Clock,
+    LeaderLease,
+    LeaderTerm,
+    MarkResult,
+    OutboxStore,
+    RowHandler,
+)
+from outbox_core.scrub import ScrubRules
+from outbox_core.timing import DEFAULT_EMAIL_TIMING, EmailTiming
+
+__all__ = ["BatchReport", "LaneConfig", "Worker", "WorkerStats", "run_detached"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def run_detached(coro: Coroutine[Any, Any, T], keep: set[asyncio.Task[Any]]) -> T:
+    """Run ``coro`` in a task of its own and wait for it, shielded from our caller's cancellation.
+
+    If the caller is cancelled (the batch timed out, the worker is stopping), the task goes on to
+    the end; ``keep`` holds it so it is neither garbage-collected nor forgotten at shutdown. This is
+    what makes a mark survive the batch: without it, a delivered row whose mark was cut off would be
+    claimed again after its lease and sent twice.
+    """
+    task = asyncio.ensure_future(coro)
+    keep.add(task)
+    task.add_done_callback(keep.discard)
+    return await asyncio.shield(task)
+
+
+@attrs.frozen
+class LaneConfig:
+    """How one lane is worked. Validated by its parts (``EmailTiming`` checks the budget chain)."""
+
+    #: The lane (queue) to claim from.
+    lane: str = "email"
+    #: Budgets, batch size, batch timeout and claim lease.
+    timing: EmailTiming = DEFAULT_EMAIL_TIMING
+    #: When a transient failure is retried, and when the row gives up.
+    backoff: Backoff = EMAIL_BACKOFF
+    #: Payload keys removed when a row is dispatched or skipped.
+    scrub: ScrubRules = attrs.Factory(ScrubRules)
+    #: Seconds to sleep when a claim found less than a full batch.
+    poll_interval: float = attrs.field(default=1.0, validator=attrs.validators.gt(0))
+    #: Longest wait a peer's Retry-After can impose.
+    retry_after_cap: timedelta = DEFAULT_RETRY_AFTER_CAP
+    #: Leader lease TTL when a LeaderLease is given.
+    leader_ttl: timedelta = timedelta(seconds=30)
+
+    @property
+    def mark_budget(self) -> timedelta:
+        return self.timing.budgets.mark
+
+
+@attrs.define
+class BatchReport:
+    """What one claim-and-send pass did."""
+
+    claimed: int = 0
+    dispatched: int = 0
+    skipped: int = 0
+    failed: int = 0
+    retried: int = 0
+    released: int = 0
+    stale_marks: int = 0
+    mark_errors: int = 0
+    handler_errors: int = 0
+    timed_out: bool = False
+
+    def add(self, other: BatchReport) -> None:
+        for field in attrs.fields(BatchReport):
+            if field.name != "timed_out":
+                setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+
+@attrs.define
+class WorkerStats(BatchReport):
+    """Totals since the worker started."""
+
+    batches: int = 0
+
+
+_COUNTER_FOR_STATUS = {
+    Status.DISPATCHED: "dispatched",
+    Status.SKIPPED: "skipped",
+    Status.FAILED: "failed",
+    Status.PENDING: "retried",
+}
+
+
+class Worker:
+    """Claims, sends and marks the rows of one lane. See the module docstring."""
+
+    def __init__(  # noqa: PLR0913 - every collaborator is injected, none is read from the world
+        self,
+        store: OutboxStore,
+        handler: RowHandler,
+        config: LaneConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        leader: LeaderLease | None = None,
+        holder: str | None = None,
+        entropy: Callable[[int], bytes] = secrets.token_bytes,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.store = store
+        self.handler = handler
+        self.config = config or LaneConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.leader = leader
+        self.holder = holder or f"worker-{secrets.token_hex(4)}"
+        self.stats = WorkerStats()
+        self._entropy = entropy
+        self._jitter = jitter
+        self._stopping = asyncio.Event()
+        self._marks: set[asyncio.Task[Any]] = set()
+        self._term: LeaderTerm | None = None
+
+    # --- control -------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop claiming; finish the row in flight; release the rest (safe from a signal handler)."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def run(self, *, drain: bool = False) -> WorkerStats:
+        """Work until :meth:`request_stop` (or, with ``drain``, until a claim finds nothing due)."""
+        try:
+            while not self.stopping:
+                if not await self._lead():
+                    await self._pause(self.config.poll_interval)
+                    continue
+                report = await self.run_once()
+                if drain and report.claimed == 0:
+                    break
+                if report.claimed < self.config.timing.batch_size:
+                    await self._pause(self.config.poll_interval)
+        finally:
+            await self.wait_for_marks()
+            await self._step_down()
+        return self.stats
+
+    async def run_once(self) -> BatchReport:
+        """Claim one batch and work it. Returns what happened."""
+        report = BatchReport()
+        timing = self.config.timing
+        lease = timing.claim_lease()
+        token = ClaimToken.from_entropy(self._entropy(16))
+        # The lease started no earlier than this instant, so trusting it until claim_start + lease
+        # on our monotonic clock can only err on the short side.
+        claim_start = self.clock.monotonic()
+        rows = await self.store.claim_due(
+            ClaimRequest(self.config.lane, timing.batch_size, lease, token)
+        )
+        report.claimed = len(rows)
+        if rows:
+            lease_end = claim_start + lease.total_seconds()
+            batch_end = claim_start + timing.batch_timeout.total_seconds()
+            try:
+                async with asyncio.timeout(timing.batch_timeout.total_seconds()):
+                    await self._work(rows, report, lease_end=lease_end, batch_end=batch_end)
+            except TimeoutError:
+                report.timed_out = True
+                _log.warning(
+                    "batch timed out; rows not finished keep their lease",
+                    extra={"outbox_lane": self.config.lane, "outbox_rows": len(rows)},
+                )
+        self.stats.add(report)
+        self.stats.batches += 1
+        return report
+
+    async def wait_for_marks(self) -> None:
+        """Wait for every detached mark still running (each is bounded by its own budget)."""
+        while self._marks:
+            await asyncio.gather(*list(self._marks), return_exceptions=True)
+
+    # --- one batch -----------------------------------------------------------------------------
+
+    async def _work(
+        self,
+        rows: Sequence[ClaimedRow],
+        report: BatchReport,
+        *,
+        lease_end: float,
+        batch_end: float,
+    ) -> None:
+        per_row = self.config.timing.per_row.total_seconds()
+        for index, row in enumerate(rows):
+            if self.stopping or self.clock.monotonic() + per_row > batch_end:
+                # The row-start gate (and shutdown): a row we can't finish is given back untouched.
+                for unstarted in rows[index:]:
+                    await self._release(unstarted, report)
+                return
+            await self._one(row, report, lease_end=lease_end)
+
+    async def _one(self, row: ClaimedRow, report: BatchReport, *, lease_end: float) -> None:
+        started = self.clock.monotonic()
+        send_end = min(
+            started + (self.config.timing.per_row - self.config.mark_budget).total_seconds(),
+            lease_end,
+        )
+        outcome = await self._attempt(row, report, budget=max(0.0, send_end - started))
+        mark = decide(
+            row,
+            outcome,
+            now=self.clock.now(),
+            backoff=self.config.backoff,
+            scrub=self.config.scrub,
+            jitter=self._jitter(),
+            retry_after_cap=self.config.retry_after_cap,
+        )
+        _log.info(
+            "row %s: %s",
+            row.id,
+            outcome.kind,
+            extra={
+                "outbox_lane": row.lane,
+                "outbox_row": row.id,
+                "outbox_attempts": row.attempts,
+                "outbox_outcome": str(outcome.kind),
+                "outbox_reason": outcome.reason,
+            },
+        )
+        result = await run_detached(self._mark(mark), self._marks)
+        if result is MarkResult.APPLIED:
+            counter = _COUNTER_FOR_STATUS[mark.status]
+            setattr(report, counter, getattr(report, counter) + 1)
+        elif result is MarkResult.STALE:
+            report.stale_marks += 1
+        else:
+            report.mark_errors += 1
+
+    async def _attempt(self, row: ClaimedRow, report: BatchReport, *, budget: float) -> Outcome:
+        if budget <= 0:
+            return Outcome.transient("no time left on the lease to start the send")
+        try:
+            async with asyncio.timeout(budget):
+                return await self.handler(row, budget=timedelta(seconds=budget))
+        except TimeoutError:
+            return Outcome.transient(
+                f"row budget of {budget:.1f}s ran out mid-send", maybe_delivered=True
+            )
+        except InvalidMessage as exc:
+            return Outcome.permanent(f"undeliverable: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a handler bug is this row's failure, not the batch's
+            report.handler_errors += 1
+            _log.warning(
+                "handler raised %s on row %s",
+                type(exc).__name__,
+                row.id,
+                extra={"outbox_lane": row.lane, "outbox_row": row.id},
+            )
+            return Outcome.transient(f"handler raised {type(exc).__name__}")
+
+    async def _mark(self, mark: Mark) -> MarkResult | None:
+        """Record ``mark`` within the mark budget, retrying a failed connection inside it."""
+        budget = self.config.mark_budget.total_seconds()
+        delay = 0.05
+        try:
+            async with asyncio.timeout(budget):
+                while True:
+                    try:
+                        result = await self.store.mark_if_pending(mark)
+                    except (OSError, ConnectionError) as exc:
+                        _log.warning("mark of row %s failed (%s); retrying", mark.row_id, exc)
+                    except Exception as exc:
+                        if not _is_connection_problem(exc):
+                            raise
+                        _log.warning("mark of row %s failed (%s); retrying", mark.row_id, exc)
+                    else:
+                        if result is MarkResult.STALE:
+                            _log.warning(
+                                "stale mark dropped for row %s (%s): another claim owns it",
+                                mark.row_id,
+                                mark.status,
+                                extra={"outbox_row": mark.row_id},
+                            )
+                        return result
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+        except TimeoutError:
+            _log.error(
+                "mark of row %s not recorded within %ss; the row will be claimed again after its"
+                " lease (a duplicate is possible)",
+                mark.row_id,
+                budget,
+            )
+            return None
+
+    async def _release(self, row: ClaimedRow, report: BatchReport) -> None:
+        with contextlib.suppress(Exception):
+            result = await run_detached(self.store.release(row.id, row.token), self._marks)
+            if result is MarkResult.APPLIED:
+                report.released += 1
+
+    # --- leadership ----------------------------------------------------------------------------
+
+    async def _lead(self) -> bool:
+        if self.leader is None:
+            return True
+        ttl = self.config.leader_ttl
+        if self._term is not None and self.clock.monotonic() < (
+            self._term.trusted_until - ttl.total_seconds() / 2
+        ):
+            return True
+        try:
+            self._term = await self.leader.try_acquire(self.config.lane, self.holder, ttl=ttl)
+        except Exception:  # noqa: BLE001 - no answer means no leadership; try again next tick
+            _log.warning("leader election failed for lane %s", self.config.lane)
+            self._term = None
+        return self._term is not None and self.clock.monotonic() < self._term.trusted_until
+
+    async def _step_down(self) -> None:
+        if self.leader is not None and self._term is not None:
+            with contextlib.suppress(Exception):
+                await self.leader.release(self._term)
+            self._term = None
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake at once when a stop is requested."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
+
+def _is_connection_problem(exc: BaseException) -> bool:
+    """psycopg's OperationalError (and pool timeouts) without importing psycopg here."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"OperationalError", "PoolTimeout", "InterfaceError"})

@@ -1,0 +1,589 @@
+"""The store contract: what every OutboxStore promises, run against the memory store AND PostgreSQL.
+
+Each test takes the ``harness`` fixture (tests/contract/conftest.py), so it runs once per store. The
+cases follow the design record (ADR-072) and DESIGN.md: claim-lease (C3, decision 1), fenced marks
+with the scrub in the same write (C6, C10), release, guarded and audited requeue (A1, decision 5),
+the producer's idempotency key and its payload refusals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from outbox_adapters.postgres.clock import DatabaseClock
+from outbox_adapters.postgres.enqueue import enqueue_async
+from outbox_adapters.postgres.store import PostgresStore
+from outbox_core.delivery import Status
+from outbox_core.errors import InvalidPayload
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
+from outbox_core.ports import ClaimRequest, MarkResult, OutboxStore, RequeueRequest
+
+LANE = "email"
+OTHER_LANE = "webhook"
+LEASE = timedelta(seconds=60)
+TICK = timedelta(microseconds=1)
+SECRETS = frozenset({"setup_url", "pdf", "invite_url"})
+ACTOR = "ops@example.org"
+
+
+def new_token() -> ClaimToken:
+    return ClaimToken.from_entropy(secrets.token_bytes(16))
+
+
+def claim(
+    at: datetime | None,
+    *,
+    limit: int = 10,
+    lane: str = LANE,
+    token: ClaimToken | None = None,
+) -> ClaimRequest:
+    return ClaimRequest(lane=lane, limit=limit, lease=LEASE, token=token or new_token(), now=at)
+
+
+def message(lane: str = LANE, **payload: Any) -> NewMessage:
+    return NewMessage(lane, payload or {"to": "alice@example.org"})
+
+
+async def enqueue_ids(h, count: int, *, lane: str = LANE, due: datetime | None = None) -> list[int]:
+    return [
+        (await h.enqueue(NewMessage(lane, {"n": n}, not_before=due))).row_id for n in range(count)
+    ]
+
+
+async def claim_one(h, row_id: int, *, lane: str = LANE, at: datetime | None = None) -> ClaimedRow:
+    """Claim the lane's due rows and return ``row_id``'s (the test made sure it is due)."""
+    rows = await h.store.claim_due(claim(at or h.now, lane=lane))
+    by_id = {row.id: row for row in rows}
+    assert row_id in by_id, f"row {row_id} was not claimed; got {sorted(by_id)}"
+    return by_id[row_id]
+
+
+async def failed_row(h, reason: str, *, lane: str = LANE) -> int:
+    """A row enqueued, claimed and marked failed with ``reason`` (no other row may be due)."""
+    row_id = (await h.enqueue(message(lane))).row_id
+    row = await claim_one(h, row_id, lane=lane)
+    assert await h.store.mark_if_pending(Mark.failed(row, reason)) is MarkResult.APPLIED
+    return row_id
+
+
+async def dispatched_row(h, *, lane: str = LANE) -> int:
+    row_id = (await h.enqueue(message(lane))).row_id
+    row = await claim_one(h, row_id, lane=lane)
+    mark = Mark.dispatched(row, scrub_keys=SECRETS)
+    assert await h.store.mark_if_pending(mark) is MarkResult.APPLIED
+    return row_id
+
+
+# --- the port -------------------------------------------------------------------------------------
+
+
+async def test_store_satisfies_the_port(harness):
+    assert isinstance(harness.store, OutboxStore)
+
+
+async def test_enqueue_then_claim_returns_the_row_with_one_attempt_and_the_token(harness):
+    h = harness
+    payload = {"to": "alice@example.org", "invoice_number": "INV-7"}
+    result = await h.enqueue(NewMessage(LANE, payload))
+    assert result.created
+    token = new_token()
+
+    rows = await h.store.claim_due(claim(h.now, token=token))
+
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row.id, row.lane, row.payload, row.attempts) == (result.row_id, LANE, payload, 1)
+    assert row.token == token
+    assert row.lease_expires_at == h.now + LEASE
+    assert row.created_at <= h.now
+    stored = await h.store.get(result.row_id)
+    assert stored is not None
+    assert (stored.status, stored.attempts, stored.claim_token) == (Status.PENDING, 1, token.value)
+    assert stored.claimed_at == h.now
+    assert stored.next_attempt_at == h.now + LEASE
+
+
+async def test_payload_comes_back_as_json_keeps_it(harness):
+    h = harness
+    sent = {"items": (1, 2), "nested": {"none": None, "ratio": 1.5, "flag": True}, "text": "é"}
+    await h.enqueue(NewMessage(LANE, sent))
+    (row,) = await h.store.claim_due(claim(h.now))
+    assert row.payload == {
+        "items": [1, 2],
+        "nested": {"none": None, "ratio": 1.5, "flag": True},
+        "text": "é",
+    }
+
+
+@pytest.mark.parametrize(
+    ("payload", "complaint"),
+    [
+        ({"ratio": math.nan}, "not a JSON number"),
+        ({"ratio": math.inf}, "not a JSON number"),
+        ({1: "integer key"}, "keys must be strings"),
+        ({"name": "nul\x00byte"}, "NUL"),
+        ({"when": datetime(2026, 1, 1)}, "not a JSON value"),  # noqa: DTZ001
+        ({"tags": {"a", "b"}}, "not a JSON value"),
+        ({"blob": "x" * (256 * 1024)}, "limit"),
+    ],
+)
+async def test_enqueue_refuses_payloads_postgresql_cannot_store(harness, payload, complaint):
+    with pytest.raises(InvalidPayload, match=complaint):
+        await harness.enqueue(NewMessage(LANE, payload))
+    assert await harness.store.counts() == {}
+
+
+async def test_idempotency_key_makes_a_second_enqueue_a_no_op_that_says_so(harness):
+    h = harness
+    first = await h.enqueue(NewMessage(LANE, {"v": 1}, idempotency_key="invoice-42"))
+    again = await h.enqueue(NewMessage(LANE, {"v": 2}, idempotency_key="invoice-42"))
+    other_lane = await h.enqueue(NewMessage(OTHER_LANE, {"v": 3}, idempotency_key="invoice-42"))
+    keyless = [await h.enqueue(NewMessage(LANE, {"v": 4})) for _ in range(2)]
+
+    assert first.created
+    assert not again.created
+    assert again.row_id == first.row_id
+    assert other_lane.created
+    assert other_lane.row_id != first.row_id
+    assert all(r.created for r in keyless)
+    assert keyless[0].row_id != keyless[1].row_id
+    stored = await h.store.get(first.row_id)
+    assert stored is not None
+    assert stored.payload == {"v": 1}
+    assert stored.idempotency_key == "invoice-42"
+    assert await h.store.counts() == {LANE: {Status.PENDING: 3}, OTHER_LANE: {Status.PENDING: 1}}
+
+
+# --- claim ----------------------------------------------------------------------------------------
+
+
+async def test_claim_takes_due_rows_of_its_lane_in_due_order_up_to_the_limit(harness):
+    h = harness
+    at = h.now
+    late = await enqueue_ids(h, 1, due=at - timedelta(seconds=10))
+    early = await enqueue_ids(h, 1, due=at - timedelta(seconds=30))
+    middle = await enqueue_ids(h, 1, due=at - timedelta(seconds=20))
+    not_yet = await enqueue_ids(h, 1, due=at + timedelta(seconds=5))
+    await enqueue_ids(h, 2, lane=OTHER_LANE, due=at - timedelta(seconds=60))
+
+    first = await h.store.claim_due(claim(at, limit=2))
+    rest = await h.store.claim_due(claim(at, limit=10))
+    future = await h.store.claim_due(claim(at + timedelta(seconds=5)))
+
+    assert [r.id for r in first] == early + middle
+    assert [r.id for r in rest] == late
+    assert [r.id for r in future] == not_yet
+    assert {r.lane for r in [*first, *rest, *future]} == {LANE}
+
+
+async def test_rows_due_at_the_same_time_are_claimed_in_id_order(harness):
+    due = harness.now - timedelta(seconds=1)
+    ids = await enqueue_ids(harness, 5, due=due)
+    rows = await harness.store.claim_due(claim(harness.now))
+    assert [r.id for r in rows] == sorted(ids)
+
+
+async def test_claim_without_now_uses_the_stores_own_clock(harness):
+    h = harness
+    due_now = (await h.enqueue(message())).row_id
+    # h.now is an hour after the store's clock, so this row is not due by the store's clock yet.
+    await h.enqueue(NewMessage(LANE, {"n": 1}, not_before=h.now))
+    rows = await h.store.claim_due(claim(None))
+    assert [r.id for r in rows] == [due_now]
+
+
+async def test_a_claimed_row_is_not_claimable_again_until_its_lease_ends(harness):
+    h = harness
+    row_id = (await h.enqueue(message())).row_id
+    first = await claim_one(h, row_id)
+
+    during = await h.store.claim_due(claim(h.now + LEASE - TICK))
+    after = await h.store.claim_due(claim(h.now + LEASE))
+
+    assert during == []
+    assert [r.id for r in after] == [row_id]
+    assert after[0].attempts == 2
+    assert after[0].token != first.token
+    assert after[0].lease_expires_at == h.now + 2 * LEASE
+
+
+async def test_concurrent_claimers_take_disjoint_rows(harness):
+    ids = await enqueue_ids(harness, 10)
+    batches = await asyncio.gather(
+        *(harness.store.claim_due(claim(harness.now, limit=4)) for _ in range(4))
+    )
+    claimed = [row.id for batch in batches for row in batch]
+    assert sorted(claimed) == sorted(ids)  # each row exactly once, none left behind
+    assert all(row.attempts == 1 for batch in batches for row in batch)
+
+
+# --- marks ----------------------------------------------------------------------------------------
+
+
+async def test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest(harness):
+    h = harness
+    payload = {
+        "to": "alice@example.org",
+        "invoice_number": "INV-7",
+        "setup_url": "https://example.org/setup/SECRET",
+        "pdf": "JVBERi0xLjQK",
+        "public_token": "not in this mark's scrub keys",
+        "nested": {"setup_url": "a nested key is the host's data"},
+    }
+    row_id = (await h.enqueue(NewMessage(LANE, payload))).row_id
+    row = await claim_one(h, row_id)
+
+    result = await h.store.mark_if_pending(Mark.dispatched(row, scrub_keys=SECRETS))
+
+    assert result is MarkResult.APPLIED
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert stored.status is Status.DISPATCHED
+    assert stored.payload == {
+        "to": "alice@example.org",
+        "invoice_number": "INV-7",
+        "public_token": "not in this mark's scrub keys",
+        "nested": {"setup_url": "a nested key is the host's data"},
+    }
+    assert stored.scrubbed_at is not None
+    assert stored.resolved_at is not None
+    assert stored.last_error is None
+    assert stored.claim_token == row.token.value  # the record of which claim resolved it
+    assert await h.store.claim_due(claim(h.now + 10 * LEASE)) == []
+
+
+async def test_skipped_mark_scrubs_too_and_keeps_its_reason(harness):
+    h = harness
+    row_id = (await h.enqueue(message(to="a@example.org", invite_url="https://x/SECRET"))).row_id
+    row = await claim_one(h, row_id)
+    mark = Mark.skipped(row, "recipient opted out", scrub_keys=SECRETS)
+    assert await h.store.mark_if_pending(mark) is MarkResult.APPLIED
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert (stored.status, stored.last_error) == (Status.SKIPPED, "recipient opted out")
+    assert stored.payload == {"to": "a@example.org"}
+    assert stored.scrubbed_at is not None
+
+
+async def test_failed_mark_keeps_the_whole_payload(harness):
+    h = harness
+    payload = {"to": "a@example.org", "setup_url": "https://x/SECRET", "pdf": "JVBERi0x"}
+    row_id = (await h.enqueue(NewMessage(LANE, payload))).row_id
+    row = await claim_one(h, row_id)
+
+    assert await h.store.mark_if_pending(Mark.failed(row, "550 5.1.1 no such user")) is (
+        MarkResult.APPLIED
+    )
+
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert stored.status is Status.FAILED
+    assert stored.payload == payload
+    assert stored.last_error == "550 5.1.1 no such user"
+    assert stored.scrubbed_at is None
+    assert stored.resolved_at is not None
+    assert await h.store.claim_due(claim(h.now + 10 * LEASE)) == []
+
+
+async def test_retry_mark_sets_the_next_due_time_and_ends_the_claim(harness):
+    h = harness
+    row_id = (await h.enqueue(message())).row_id
+    row = await claim_one(h, row_id)
+    again_at = h.now + timedelta(minutes=5)
+
+    result = await h.store.mark_if_pending(
+        Mark.retry(row, "451 4.3.0 busy", next_attempt_at=again_at)
+    )
+
+    assert result is MarkResult.APPLIED
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert (stored.status, stored.next_attempt_at) == (Status.PENDING, again_at)
+    assert (stored.last_error, stored.claim_token, stored.resolved_at) == (
+        "451 4.3.0 busy",
+        None,
+        None,
+    )
+    # The retry ended the claim: a second mark of the same claim is stale.
+    assert await h.store.mark_if_pending(Mark.failed(row, "late")) is MarkResult.STALE
+    assert await h.store.claim_due(claim(again_at - TICK)) == []
+    (again,) = await h.store.claim_due(claim(again_at))
+    assert (again.id, again.attempts) == (row_id, 2)
+
+
+async def test_a_mark_with_a_wrong_token_is_stale_and_changes_nothing(harness):
+    h = harness
+    row_id = (await h.enqueue(message(to="a@example.org", setup_url="https://x/SECRET"))).row_id
+    row = await claim_one(h, row_id)
+    before = await h.store.get(row_id)
+    forged = Mark.dispatched(
+        ClaimedRow(
+            id=row.id,
+            lane=row.lane,
+            payload=row.payload,
+            attempts=row.attempts,
+            token=new_token(),
+            lease_expires_at=row.lease_expires_at,
+            created_at=row.created_at,
+        ),
+        scrub_keys=SECRETS,
+    )
+
+    assert await h.store.mark_if_pending(forged) is MarkResult.STALE
+
+    assert await h.store.get(row_id) == before
+    assert (h.store.stats.applied_marks, h.store.stats.stale_marks) == (0, 1)
+
+
+async def test_a_mark_on_a_resolved_row_is_stale(harness):
+    h = harness
+    row_id = (await h.enqueue(message())).row_id
+    row = await claim_one(h, row_id)
+    assert await h.store.mark_if_pending(Mark.dispatched(row, scrub_keys=SECRETS)) is (
+        MarkResult.APPLIED
+    )
+    resolved = await h.store.get(row_id)
+
+    late = await h.store.mark_if_pending(Mark.failed(row, "550 rejected"))
+
+    assert late is MarkResult.STALE
+    assert await h.store.get(row_id) == resolved
+
+
+async def test_a_late_mark_after_a_sibling_reclaimed_the_row_is_stale(harness):
+    """The fence (C10): the status guard alone would let the late failure overwrite the row."""
+    h = harness
+    row_id = (await h.enqueue(message(to="a@example.org", setup_url="https://x/SECRET"))).row_id
+    slow = await claim_one(h, row_id)
+    sibling = await claim_one(h, row_id, at=h.now + LEASE)  # the slow worker's lease ran out
+
+    late_failure = await h.store.mark_if_pending(Mark.failed(slow, "550 late and wrong"))
+    late_success = await h.store.mark_if_pending(Mark.dispatched(slow, scrub_keys=SECRETS))
+
+    assert (late_failure, late_success) == (MarkResult.STALE, MarkResult.STALE)
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert (stored.status, stored.attempts, stored.claim_token) == (
+        Status.PENDING,
+        2,
+        sibling.token.value,
+    )
+    assert stored.last_error is None
+    assert stored.payload == {"to": "a@example.org", "setup_url": "https://x/SECRET"}
+    assert await h.store.mark_if_pending(Mark.dispatched(sibling, scrub_keys=SECRETS)) is (
+        MarkResult.APPLIED
+    )
+
+
+async def test_concurrent_marks_of_one_claim_apply_once(harness):
+    h = harness
+    row_id = (await h.enqueue(message())).row_id
+    row = await claim_one(h, row_id)
+    results = await asyncio.gather(
+        h.store.mark_if_pending(Mark.dispatched(row, scrub_keys=SECRETS)),
+        h.store.mark_if_pending(Mark.failed(row, "550 rejected")),
+    )
+    assert sorted(r.value for r in results) == ["applied", "stale"]
+
+
+# --- release --------------------------------------------------------------------------------------
+
+
+async def test_release_makes_the_row_due_at_once_and_refunds_the_attempt(harness):
+    h = harness
+    row_id = (await h.enqueue(message())).row_id
+    row = await claim_one(h, row_id)
+    assert await h.store.claim_due(claim(h.now)) == []  # leased
+
+    assert await h.store.release(row.id, row.token) is MarkResult.APPLIED
+
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert (stored.status, stored.attempts, stored.claim_token, stored.claimed_at) == (
+        Status.PENDING,
+        0,
+        None,
+        None,
+    )
+    (again,) = await h.store.claim_due(claim(h.now))
+    assert (again.id, again.attempts) == (row_id, 1)
+    assert again.token != row.token
+    # The released claim is over: its marks are stale now.
+    assert await h.store.mark_if_pending(Mark.failed(row, "late")) is MarkResult.STALE
+
+
+async def test_release_is_fenced(harness):
+    h = harness
+    row_id = (await h.enqueue(message())).row_id
+    first = await claim_one(h, row_id)
+
+    assert await h.store.release(row_id, new_token()) is MarkResult.STALE
+    assert await h.store.claim_due(claim(h.now)) == []  # still leased to the first claim
+
+    sibling = await claim_one(h, row_id, at=h.now + LEASE)
+    assert await h.store.release(first.id, first.token) is MarkResult.STALE
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert (stored.attempts, stored.claim_token) == (2, sibling.token.value)
+
+    assert await h.store.mark_if_pending(Mark.failed(sibling, "550 rejected")) is (
+        MarkResult.APPLIED
+    )
+    assert await h.store.release(sibling.id, sibling.token) is MarkResult.STALE
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert (stored.status, stored.attempts) == (Status.FAILED, 2)
+
+
+# --- requeue --------------------------------------------------------------------------------------
+
+
+async def test_requeue_puts_a_failed_row_back_with_attempts_reset_and_an_audit_record(harness):
+    h = harness
+    row_id = await failed_row(h, "550 5.1.1 no such user")
+
+    result = await h.store.requeue_failed(RequeueRequest(actor=ACTOR, row_ids=(row_id,)))
+
+    assert result.requeued == (row_id,)
+    assert result.refused == {}
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert (stored.status, stored.attempts) == (Status.PENDING, 0)
+    assert (stored.last_error, stored.claim_token, stored.resolved_at) == (None, None, None)
+    assert stored.payload == {"to": "alice@example.org"}
+    assert await h.audit() == [(row_id, ACTOR, 1, "550 5.1.1 no such user")]
+    (again,) = await h.store.claim_due(claim(h.now))
+    assert (again.id, again.attempts) == (row_id, 1)
+
+
+async def test_requeue_refuses_sent_pending_and_unknown_rows_and_says_why(harness):
+    h = harness
+    failed = await failed_row(h, "550 rejected")
+    sent = await dispatched_row(h)
+    pending = (await h.enqueue(NewMessage(LANE, {"n": 1}, not_before=h.now + LEASE))).row_id
+    unknown = 987_654
+
+    result = await h.store.requeue_failed(
+        RequeueRequest(actor=ACTOR, row_ids=(failed, sent, pending, unknown, "not-an-id"))
+    )
+
+    assert result.requeued == (failed,)
+    assert set(result.refused) == {sent, pending, unknown, "not-an-id"}
+    assert "scrubbed" in result.refused[sent]
+    assert "only failed rows" in result.refused[pending]
+    assert result.refused[unknown] == "no such row"
+    assert result.refused["not-an-id"] == "no such row"
+    sent_row = await h.store.get(sent)
+    assert sent_row is not None
+    assert sent_row.status is Status.DISPATCHED
+    assert [entry[0] for entry in await h.audit()] == [failed]
+
+
+async def test_requeue_by_filter_takes_the_failed_rows_matching_every_filter(harness):
+    h = harness
+    early = await failed_row(h, "550 5.2.1 mailbox unavailable")
+    boundary = await h.later()
+    late = await failed_row(h, "550 5.2.1 mailbox unavailable")
+    rejected = await failed_row(h, "554 5.7.1 message rejected")
+    webhook = await failed_row(h, "410 gone", lane=OTHER_LANE)
+    await h.enqueue(NewMessage(LANE, {"n": 1}, not_before=h.now + LEASE))  # pending: never taken
+
+    def by(**filters: Any) -> RequeueRequest:
+        return RequeueRequest(actor=ACTOR, **filters)
+
+    store = h.store
+    taken = await store.requeue_failed(
+        by(lane=LANE, error_contains="mailbox", failed_since=boundary)
+    )
+    assert taken.requeued == (late,)
+    assert (await store.requeue_failed(by(lane=OTHER_LANE))).requeued == (webhook,)
+    assert (await store.requeue_failed(by(failed_before=boundary))).requeued == (early,)
+    assert (await store.requeue_failed(by(error_contains="rejected"))).requeued == (rejected,)
+    nothing_left = await store.requeue_failed(by())
+    assert (nothing_left.requeued, nothing_left.refused) == ((), {})
+    assert sorted(entry[0] for entry in await h.audit()) == sorted([early, late, rejected, webhook])
+
+
+# --- operator reads and counters ------------------------------------------------------------------
+
+
+async def test_get_of_an_unknown_row_is_none(harness):
+    assert await harness.store.get(424_242) is None
+
+
+async def test_counts_rows_per_lane_and_status(harness):
+    h = harness
+    await failed_row(h, "550 rejected")
+    await dispatched_row(h)
+    await dispatched_row(h, lane=OTHER_LANE)
+    await enqueue_ids(h, 2, due=h.now + LEASE)
+    assert await h.store.counts() == {
+        LANE: {Status.PENDING: 2, Status.DISPATCHED: 1, Status.FAILED: 1},
+        OTHER_LANE: {Status.DISPATCHED: 1},
+    }
+
+
+async def test_list_failed_shows_the_newest_first_and_groups_by_error(harness):
+    h = harness
+    first = await failed_row(h, "550 mailbox unavailable")
+    await h.later()
+    second = await failed_row(h, "554 rejected")
+    await h.later()
+    third = await failed_row(h, "550 mailbox unavailable")
+    await failed_row(h, "410 gone", lane=OTHER_LANE)
+
+    report = await h.store.list_failed(LANE, limit=2)
+
+    assert [r.id for r in report.rows] == [third, second]
+    assert [(g.error, g.rows) for g in report.by_error] == [
+        ("550 mailbox unavailable", 2),
+        ("554 rejected", 1),
+    ]
+    group = report.by_error[0]
+    assert group.first_failed_at is not None
+    assert group.last_failed_at is not None
+    assert group.first_failed_at < group.last_failed_at
+    everything = await h.store.list_failed()
+    assert len(everything.rows) == 4
+    assert first in [r.id for r in everything.rows]
+
+
+async def test_stats_count_claimed_rows_applied_and_stale_marks(harness):
+    h = harness
+    await enqueue_ids(h, 3)
+    a, b, c = await h.store.claim_due(claim(h.now))
+    assert await h.store.mark_if_pending(Mark.dispatched(a, scrub_keys=SECRETS)) is (
+        MarkResult.APPLIED
+    )
+    assert await h.store.mark_if_pending(Mark.failed(a, "late")) is MarkResult.STALE
+    assert await h.store.release(b.id, b.token) is MarkResult.APPLIED
+    assert await h.store.release(b.id, b.token) is MarkResult.STALE
+    assert await h.store.mark_if_pending(Mark.failed(c, "550 rejected")) is MarkResult.APPLIED
+    await h.store.claim_due(claim(h.now))  # b again
+
+    stats = h.store.stats
+    assert (stats.claimed_rows, stats.applied_marks, stats.stale_marks) == (4, 3, 2)
+
+
+# --- the database clock (PostgreSQL only) ---------------------------------------------------------
+
+
+@pytest.mark.integration
+async def test_database_clock_reads_the_clock_the_store_stamps_with(contract_dsn):
+    async with AsyncConnectionPool(contract_dsn, kwargs={"autocommit": True}, open=False) as pool:
+        clock = DatabaseClock(pool)
+        before = await clock.now()
+        async with pool.connection() as conn, conn.transaction():
+            created = await enqueue_async(conn, message())
+        after = await clock.now()
+        stored = await PostgresStore(pool).get(created.row_id)
+    assert stored is not None
+    assert before.utcoffset() is not None
+    assert before <= stored.created_at <= after

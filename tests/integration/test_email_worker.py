@@ -1,0 +1,283 @@
+"""The e-mail worker end to end: real PostgreSQL, a real SMTP server (aiosmtpd, STARTTLS), the real loop.
+
+These are the design record's test locks that need the whole pipeline: a mark survives the batch's
+cancellation, a permanent error fails at once, a raising row doesn't strand the batch, strict
+STARTTLS refuses a server that doesn't offer it, a row cut off mid-send keeps its lease, and a
+graceful stop gives unstarted rows back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from email import message_from_bytes, policy
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from outbox_adapters import worker as worker_module
+from outbox_adapters.clock import FakeClock, SystemClock
+from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.postgres import PostgresStore, enqueue_async, schema
+from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp_sink import SmtpSink
+from outbox_adapters.worker import LaneConfig, Worker
+from outbox_core.backoff import SlotSchedule
+from outbox_core.errors import ConfigurationError
+from outbox_core.messages import ClaimedRow, Mark
+from outbox_core.outcomes import Outcome
+from outbox_core.ports import MarkResult
+from outbox_core.timing import EmailTiming
+from outbox_core.tls import SmtpSecurityPolicy
+
+pytestmark = pytest.mark.integration
+
+SENDER = "noreply@shop.example"
+CANARY = f"https://shop.example/reset?token=canary-{secrets.token_hex(8)}"
+
+
+@pytest.fixture(scope="module")
+def dsn(postgres_dsn: str) -> str:
+    schema.apply(postgres_dsn)
+    return postgres_dsn
+
+
+@pytest.fixture(autouse=True)
+def _empty_tables(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE outbox_message, outbox_requeue_audit RESTART IDENTITY")
+
+
+@pytest.fixture
+async def store(dsn: str) -> AsyncIterator[PostgresStore]:
+    async with await PostgresStore.open(dsn, max_size=4) as opened:
+        yield opened
+
+
+@pytest.fixture
+def sink() -> Iterator[SmtpSink]:
+    with SmtpSink(tls="starttls") as running:
+        yield running
+
+
+def mailer_for(sink: SmtpSink, **policy_kwargs: Any) -> SmtpMailer:
+    policy_kwargs.setdefault("sender", SENDER)
+    return SmtpMailer(
+        SmtpSettings(
+            host="127.0.0.1",
+            port=sink.port,
+            policy=SmtpSecurityPolicy(**policy_kwargs),
+            tls_context=sink.client_context(),
+        )
+    )
+
+
+def make_worker(store: PostgresStore, handler: Any, **config: Any) -> Worker:
+    config.setdefault("poll_interval", 0.05)
+    config.setdefault("backoff", SlotSchedule((timedelta(minutes=1),)))
+    return Worker(store, handler, LaneConfig(**config), clock=SystemClock())
+
+
+async def enqueue_mail(dsn: str, *recipients: str) -> list[int]:
+    """Enqueue one message per recipient inside ONE host transaction, as an application would."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
+        await conn.execute("SELECT 1")  # the host's own business writes would be here
+        ids = []
+        for to in recipients:
+            message = email_message(
+                to=to,
+                subject="Reset your password",
+                text="Hello, reset it here: $password_reset_url",
+                fields={"password_reset_url": CANARY, "customer": "c-1"},
+            )
+            ids.append(int((await enqueue_async(conn, message)).row_id))
+        return ids
+
+
+def rows(dsn: str) -> dict[int, dict[str, Any]]:
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        found = conn.execute("SELECT * FROM outbox_message ORDER BY id").fetchall()
+    return {row["id"]: row for row in found}
+
+
+async def test_worker_delivers_over_starttls_and_records_every_outcome(
+    dsn: str, store: PostgresStore, sink: SmtpSink
+) -> None:
+    ids = await enqueue_mail(
+        dsn, "ann@example.org", "bob@example.org", "bounce@example.org", "transient@example.org"
+    )
+    handler = EmailHandler(mailer_for(sink), sender=SENDER, clock=SystemClock())
+    stats = await make_worker(store, handler).run(drain=True)
+
+    received = sink.received
+    assert sorted(r for mail in received for r in mail.recipients) == [
+        "ann@example.org",
+        "bob@example.org",
+    ]
+    assert all(mail.tls for mail in received)
+    assert sum(sink.handler.plaintext_commands.values()) == 0
+    body = message_from_bytes(received[0].data, policy=policy.default)
+    assert CANARY in body.get_content()  # the link was rendered into the mail at send time
+
+    by_id = rows(dsn)
+    ann, bob, bounce, transient = (by_id[i] for i in ids)
+    for sent in (ann, bob):
+        assert sent["status"] == "dispatched"
+        assert "password_reset_url" not in sent["payload"]  # scrubbed in the same UPDATE
+        assert sent["payload"]["customer"] == "c-1"
+    assert bounce["status"] == "failed"
+    assert bounce["attempts"] == 1  # permanent: failed at once, not retried for days
+    assert "550" in bounce["last_error"]
+    assert bounce["payload"]["password_reset_url"] == CANARY  # a failed row keeps its payload
+    assert transient["status"] == "pending"
+    assert "451" in transient["last_error"]
+    assert transient["next_attempt_at"] > datetime.now(UTC) + timedelta(seconds=30)
+    assert (stats.dispatched, stats.failed, stats.retried) == (2, 1, 1)
+
+
+class SlowMarks:
+    """The real store, with marks that take a while: the window in which the batch is cancelled."""
+
+    def __init__(self, store: PostgresStore, delay: float) -> None:
+        self._store = store
+        self._delay = delay
+        self.marks_started = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def mark_if_pending(self, mark: Mark) -> MarkResult:
+        self.marks_started.set()
+        await asyncio.sleep(self._delay)
+        return await self._store.mark_if_pending(mark)
+
+
+async def test_mark_survives_the_batch_being_cancelled(
+    dsn: str, store: PostgresStore, sink: SmtpSink
+) -> None:
+    [row_id] = await enqueue_mail(dsn, "ann@example.org")
+    slow = SlowMarks(store, delay=0.5)
+    handler = EmailHandler(mailer_for(sink), sender=SENDER, clock=SystemClock())
+    worker = make_worker(slow, handler)  # type: ignore[arg-type]
+
+    batch = asyncio.create_task(worker.run_once())
+    await asyncio.wait_for(slow.marks_started.wait(), timeout=10)
+    batch.cancel()  # the batch's deadline fires after the mail went out, while its mark runs
+    with pytest.raises(asyncio.CancelledError):
+        await batch
+    await worker.wait_for_marks()
+
+    assert len(sink.received) == 1
+    assert rows(dsn)[row_id]["status"] == "dispatched"  # work already done is recorded
+
+
+async def test_a_raising_row_does_not_strand_the_batch(
+    dsn: str, store: PostgresStore, sink: SmtpSink
+) -> None:
+    ids = await enqueue_mail(dsn, "ann@example.org", "bob@example.org", "cid@example.org")
+    real = EmailHandler(mailer_for(sink), sender=SENDER, clock=SystemClock())
+
+    async def handler(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        if row.id == ids[1]:
+            message = "a bug in the host's handler"
+            raise RuntimeError(message)
+        return await real(row, budget=budget)
+
+    report = await make_worker(store, handler).run_once()
+
+    states = {i: r["status"] for i, r in rows(dsn).items()}
+    assert states == {ids[0]: "dispatched", ids[1]: "pending", ids[2]: "dispatched"}
+    assert rows(dsn)[ids[1]]["last_error"] == "handler raised RuntimeError"
+    assert report.handler_errors == 1
+
+
+async def test_strict_starttls_sends_nothing_to_a_server_without_it(
+    dsn: str, store: PostgresStore
+) -> None:
+    [row_id] = await enqueue_mail(dsn, "ann@example.org")
+    with SmtpSink(tls="none") as plain:  # never advertises STARTTLS (as if an attacker stripped it)
+        handler = EmailHandler(mailer_for(plain), sender=SENDER, clock=SystemClock())
+        await make_worker(store, handler).run_once()
+        commands = dict(plain.handler.commands)
+
+    assert commands == {}  # not one MAIL, RCPT, DATA or AUTH reached it
+    row = rows(dsn)[row_id]
+    assert row["status"] == "pending"
+    assert "STARTTLS" in row["last_error"]
+
+
+def test_plaintext_smtp_is_refused_in_production() -> None:
+    with pytest.raises(ConfigurationError, match="production"):
+        SmtpSettings.from_url(
+            "smtp://127.0.0.1:2525",
+            tls="none",
+            sender=SENDER,
+            environment="production",
+            allow_plaintext=True,
+        )
+
+
+async def test_a_row_cut_off_mid_send_keeps_its_lease(dsn: str, store: PostgresStore) -> None:
+    [row_id] = await enqueue_mail(dsn, "ann@example.org")
+    started = asyncio.Event()
+
+    async def hangs(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        started.set()
+        await asyncio.sleep(3600)
+        return Outcome.sent()  # pragma: no cover - never reached
+
+    worker = make_worker(store, hangs)
+    batch = asyncio.create_task(worker.run_once())
+    await asyncio.wait_for(started.wait(), timeout=10)
+    batch.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await batch
+
+    row = rows(dsn)[row_id]
+    assert row["status"] == "pending"
+    assert row["attempts"] == 1
+    # Still leased: a sibling can't take it until the claim lease ends.
+    assert row["next_attempt_at"] > datetime.now(UTC) + timedelta(minutes=5)
+    assert await make_worker(store, hangs).run_once() == worker_module.BatchReport()
+
+
+async def test_graceful_stop_releases_rows_not_yet_started(dsn: str, store: PostgresStore) -> None:
+    ids = await enqueue_mail(dsn, "ann@example.org", "bob@example.org", "cid@example.org")
+    worker: Worker
+
+    async def stops_after_first(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        worker.request_stop()  # SIGTERM arrives while the first row is in flight
+        return Outcome.sent()
+
+    worker = make_worker(store, stops_after_first)
+    await worker.run()
+
+    by_id = rows(dsn)
+    assert by_id[ids[0]]["status"] == "dispatched"  # the row in flight was finished
+    for unstarted in ids[1:]:
+        assert by_id[unstarted]["status"] == "pending"
+        assert by_id[unstarted]["attempts"] == 0  # released: the claim's attempt refunded
+        assert by_id[unstarted]["next_attempt_at"] <= datetime.now(UTC)  # due again at once
+
+
+async def test_the_row_start_gate_gives_back_rows_the_batch_cannot_finish(
+    dsn: str, store: PostgresStore
+) -> None:
+    ids = await enqueue_mail(dsn, "ann@example.org", "bob@example.org")
+    clock = FakeClock(datetime.now(UTC))
+    timing = EmailTiming(batch_size=2)
+
+    async def slow(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        clock.advance(timing.per_row * 1.5)  # the first row eats more than its share of the batch
+        return Outcome.sent()
+
+    worker = Worker(store, slow, LaneConfig(timing=timing, poll_interval=0.05), clock=clock)
+    report = await worker.run_once()
+
+    assert (report.dispatched, report.released) == (1, 1)
+    assert rows(dsn)[ids[1]]["status"] == "pending"
+    assert rows(dsn)[ids[1]]["attempts"] == 0
