@@ -36,6 +36,20 @@ def unit(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def integration(session: nox.Session) -> None:
+    """Integration and contract tests only: real PostgreSQL (OUTBOX_TEST_DSN or embedded), SMTP."""
+    session.install("-e", DEV)
+    session.run("pytest", "tests/integration", "tests/contract", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def mutations(session: nox.Session) -> None:
+    """The SQL/worker mutation matrix of RELIABILITY.md: every mutant must turn its test red."""
+    session.install("-e", DEV)
+    session.run("python", "-m", "tests.mutations.run")
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff (check + format) and the import-linter contracts that keep the core sans-IO."""
     session.install("-e", DEV)

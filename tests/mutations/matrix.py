@@ -1,0 +1,109 @@
+"""The mutation matrix of RELIABILITY.md: each safety mechanism, its mutant, and its test.
+
+mutmut cannot mutate SQL held in strings, so the SQL mechanisms are mutated by hand here: each
+mutant replaces one named statement in ``outbox_adapters.postgres.statements`` (the store reads
+them at call time) or one function of the worker, and names the one test that must turn red.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import attrs
+
+from outbox_adapters import worker
+from outbox_adapters.postgres import statements
+
+STORE = "tests/integration/test_postgres_store.py"
+WORKER = "tests/integration/test_email_worker.py"
+
+
+@attrs.frozen
+class Mutant:
+    name: str
+    mechanism: str
+    mutation: str
+    #: The test that must turn red (pytest node id).
+    test: str
+    #: (module, attribute, new value)
+    patch: tuple[object, str, object]
+
+
+def _replace(name: str, old: str, new: str) -> tuple[object, str, object]:
+    original: str = getattr(statements, name)
+    if old not in original:
+        msg = f"mutant for statements.{name} is stale: {old!r} is not in the statement"
+        raise LookupError(msg)
+    return (statements, name, original.replace(old, new))
+
+
+async def _attached(coro: Coroutine[Any, Any, Any], _keep: set[Any]) -> Any:
+    """The mutant of run_detached: the mark runs inside the batch's cancellation scope."""
+    return await coro
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "claim-no-skip-locked",
+        "FOR UPDATE SKIP LOCKED in the claim",
+        "delete FOR UPDATE SKIP LOCKED",
+        f"{STORE}::test_a_claim_skips_rows_a_sibling_transaction_holds_and_takes_them_after",
+        _replace("CLAIM", "    FOR UPDATE SKIP LOCKED\n", ""),
+    ),
+    Mutant(
+        "claim-for-update-blocking",
+        "FOR UPDATE SKIP LOCKED in the claim",
+        "keep FOR UPDATE without SKIP LOCKED",
+        f"{STORE}::test_a_claim_skips_rows_a_sibling_transaction_holds_and_takes_them_after",
+        _replace("CLAIM", "FOR UPDATE SKIP LOCKED", "FOR UPDATE"),
+    ),
+    Mutant(
+        "claim-no-lease-stamp",
+        "lease stamp in the claim UPDATE",
+        "drop the lease stamp",
+        f"{STORE}::test_two_concurrent_claimers_attempt_every_row_exactly_once",
+        _replace(
+            "CLAIM",
+            "next_attempt_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,",
+            "",
+        ),
+    ),
+    Mutant(
+        "mark-no-status-guard",
+        "status guard on marks",
+        "drop AND status = 'pending'",
+        f"{STORE}::test_a_mark_on_a_resolved_row_is_stale_even_with_the_same_token",
+        _replace("MARK", "  AND status = 'pending'\n", ""),
+    ),
+    Mutant(
+        "mark-no-token-fence",
+        "claim-token fence on marks",
+        "drop AND claim_token = :token",
+        f"{STORE}::test_a_late_mark_from_an_expired_claim_is_stale_and_never_applied",
+        _replace("MARK", "  AND claim_token = %(token)s\n", ""),
+    ),
+    Mutant(
+        "mark-attached",
+        "detached mark",
+        "run the mark inside the batch's cancellation scope",
+        f"{WORKER}::test_mark_survives_the_batch_being_cancelled",
+        (worker, "run_detached", _attached),
+    ),
+    Mutant(
+        "mark-no-scrub",
+        "scrub in the dispatched/skipped UPDATE",
+        "drop the scrub",
+        f"{STORE}::test_dispatched_and_skipped_marks_scrub_exactly_the_secret_keys_in_the_same_update",
+        _replace("MARK", "    payload = payload - %(scrub_keys)s::text[],\n", ""),
+    ),
+)
+
+BY_NAME: dict[str, Mutant] = {mutant.name: mutant for mutant in MUTANTS}
+
+
+def apply(name: str, setattr_: Callable[[object, str, object], None] = setattr) -> Mutant:
+    mutant = BY_NAME[name]
+    target, attribute, value = mutant.patch
+    setattr_(target, attribute, value)
+    return mutant
