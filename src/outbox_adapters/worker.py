@@ -33,7 +33,7 @@ import contextlib
 import logging
 import random
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -43,7 +43,7 @@ from outbox_adapters.clock import SystemClock
 from outbox_core.backoff import EMAIL_BACKOFF, Backoff
 from outbox_core.decide import DEFAULT_RETRY_AFTER_CAP, decide
 from outbox_core.delivery import Status
-from outbox_core.errors import InvalidMessage
+from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import (
@@ -78,6 +78,14 @@ async def run_detached(coro: Coroutine[Any, Any, T], keep: set[asyncio.Task[Any]
     return await asyncio.shield(task)
 
 
+def _rows_in_flight(inst: LaneConfig, _attribute: object, value: int) -> None:
+    if not 1 <= value <= inst.timing.batch_size:
+        raise ConfigurationError(
+            f"rows_in_flight must be between 1 and the batch size {inst.timing.batch_size},"
+            f" got {value}"
+        )
+
+
 @attrs.frozen
 class LaneConfig:
     """How one lane is worked. Validated by its parts (``EmailTiming`` checks the budget chain)."""
@@ -96,6 +104,9 @@ class LaneConfig:
     retry_after_cap: timedelta = DEFAULT_RETRY_AFTER_CAP
     #: Leader lease TTL when a LeaderLease is given.
     leader_ttl: timedelta = timedelta(seconds=30)
+    #: Rows of a batch sent at the same time. 1 (the default) is the strict mode: a crash can
+    #: duplicate at most the one row in flight. N widens that bound to N rows per crash.
+    rows_in_flight: int = attrs.field(default=1, validator=_rows_in_flight)
 
     @property
     def mark_budget(self) -> timedelta:
@@ -238,13 +249,25 @@ class Worker:
         batch_end: float,
     ) -> None:
         per_row = self.config.timing.per_row.total_seconds()
-        for index, row in enumerate(rows):
-            if self.stopping or self.clock.monotonic() + per_row > batch_end:
-                # The row-start gate (and shutdown): a row we can't finish is given back untouched.
-                for unstarted in rows[index:]:
-                    await self._release(unstarted, report)
-                return
+        slots = asyncio.Semaphore(self.config.rows_in_flight)
+        async with asyncio.TaskGroup() as group:
+            for index, row in enumerate(rows):
+                await slots.acquire()
+                if self.stopping or self.clock.monotonic() + per_row > batch_end:
+                    # The row-start gate (and shutdown): a row we can't finish is given back.
+                    slots.release()
+                    for unstarted in rows[index:]:
+                        await self._release(unstarted, report)
+                    return
+                group.create_task(self._in_slot(slots, row, report, lease_end=lease_end))
+
+    async def _in_slot(
+        self, slots: asyncio.Semaphore, row: ClaimedRow, report: BatchReport, *, lease_end: float
+    ) -> None:
+        try:
             await self._one(row, report, lease_end=lease_end)
+        finally:
+            slots.release()
 
     async def _one(self, row: ClaimedRow, report: BatchReport, *, lease_end: float) -> None:
         started = self.clock.monotonic()

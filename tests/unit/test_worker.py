@@ -1,0 +1,131 @@
+"""The worker loop over the shipped in-memory fakes (no sockets): the same class as in production."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from outbox_adapters.clock import FakeClock
+from outbox_adapters.memory import MemoryLeaderLease, MemoryStore, RecordingHandler
+from outbox_adapters.worker import LaneConfig, Worker
+from outbox_core.backoff import SlotSchedule
+from outbox_core.delivery import Status
+from outbox_core.errors import ConfigurationError, InvalidPayload
+from outbox_core.messages import ClaimedRow, NewMessage
+from outbox_core.outcomes import Outcome
+from outbox_core.timing import EmailTiming
+
+T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
+
+
+def setup(count: int, **config: object) -> tuple[MemoryStore, FakeClock, list[int]]:
+    clock = FakeClock(T0)
+    store = MemoryStore(clock=clock)
+    ids = [
+        int(store.enqueue(NewMessage("email", {"n": n, "invite_url": "secret"})).row_id)
+        for n in range(count)
+    ]
+    return store, clock, ids
+
+
+def worker_for(store: MemoryStore, handler: object, clock: FakeClock, **config: object) -> Worker:
+    config.setdefault("poll_interval", 0.01)
+    return Worker(store, handler, LaneConfig(**config), clock=clock, jitter=lambda: 0.5)  # type: ignore[arg-type]
+
+
+async def test_drain_sends_every_row_once_and_scrubs_it() -> None:
+    store, clock, ids = setup(7)
+    handler = RecordingHandler()
+    stats = await worker_for(store, handler, clock).run(drain=True)
+
+    assert sorted(call.row.id for call in handler.calls) == ids  # each row exactly once
+    assert stats.dispatched == 7
+    for row in store.rows():
+        assert row.status is Status.DISPATCHED
+        assert "invite_url" not in row.payload
+
+
+async def test_transient_failures_retry_on_schedule_then_fail_when_it_is_used_up() -> None:
+    store, clock, [row_id] = setup(1)
+    handler = RecordingHandler(default=Outcome.transient("SMTP 451 4.3.0: try later"))
+    schedule = SlotSchedule((timedelta(minutes=1), timedelta(minutes=5)), jitter_ratio=0.0)
+    worker = worker_for(store, handler, clock, backoff=schedule)
+
+    await worker.run_once()
+    row = await store.get(row_id)
+    assert row is not None
+    assert (row.status, row.attempts) == (Status.PENDING, 1)
+    assert row.next_attempt_at == T0 + timedelta(minutes=1)
+
+    assert (await worker.run_once()).claimed == 0  # not due yet
+    clock.advance(timedelta(minutes=1))
+    await worker.run_once()
+    clock.advance(timedelta(minutes=5))
+    await worker.run_once()
+
+    row = await store.get(row_id)
+    assert row is not None
+    assert (row.status, row.attempts) == (Status.FAILED, 3)
+    assert row.last_error is not None
+    assert row.last_error.startswith("retries exhausted after 3 attempts")
+    assert row.payload["invite_url"] == "secret"  # a failed row keeps its payload for a requeue
+
+
+async def test_invalid_message_from_a_handler_fails_the_row_at_once() -> None:
+    store, clock, [row_id] = setup(1)
+    handler = RecordingHandler()
+    handler.script(InvalidPayload("payload field 'to' is missing"))
+    await worker_for(store, handler, clock).run_once()
+    row = await store.get(row_id)
+    assert row is not None
+    assert (row.status, row.attempts) == (Status.FAILED, 1)
+    assert "'to' is missing" in (row.last_error or "")
+
+
+async def test_rows_in_flight_sends_that_many_rows_at_the_same_time() -> None:
+    store, clock, _ = setup(4)
+    together = asyncio.Barrier(4)  # only passable when four sends are in flight at once
+
+    async def send(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        await asyncio.wait_for(together.wait(), timeout=5)
+        return Outcome.sent()
+
+    timing = EmailTiming(batch_size=4)
+    report = await worker_for(store, send, clock, timing=timing, rows_in_flight=4).run_once()
+    assert report.dispatched == 4
+
+
+def test_rows_in_flight_is_bounded_by_the_batch() -> None:
+    with pytest.raises(ConfigurationError, match="rows_in_flight must be between 1 and the batch"):
+        LaneConfig(timing=EmailTiming(batch_size=5), rows_in_flight=6)
+    with pytest.raises(ConfigurationError):
+        LaneConfig(rows_in_flight=0)
+
+
+async def test_only_the_leader_claims() -> None:
+    store, clock, _ = setup(3)
+    lease = MemoryLeaderLease(clock=clock)
+    other = await lease.try_acquire("email", "other-replica", ttl=timedelta(seconds=30))
+    assert other is not None
+    handler = RecordingHandler()
+    worker = Worker(
+        store, handler, LaneConfig(poll_interval=0.01), clock=clock, leader=lease, holder="me"
+    )
+
+    async def stop_soon() -> None:
+        await asyncio.sleep(0.05)
+        worker.request_stop()
+
+    await asyncio.gather(worker.run(), stop_soon())
+    assert handler.calls == []  # another replica holds the lane: nothing claimed
+
+    clock.advance(timedelta(seconds=31))  # the other leader's lease runs out
+    successor = Worker(
+        store, handler, LaneConfig(poll_interval=0.01), clock=clock, leader=lease, holder="me"
+    )
+    stats = await asyncio.wait_for(successor.run(drain=True), timeout=5)
+    assert stats.dispatched == 3
+    # and it stepped down when it stopped: the lane is free for a sibling at once
+    assert await lease.try_acquire("email", "sibling", ttl=timedelta(seconds=30)) is not None
