@@ -107,7 +107,9 @@ def step(state: RowState, event: Event) -> RowState:
     if event is Event.REQUEUE:
         return attrs.evolve(state, status=status, attempts=0)
     # Only pending rows get here, and the mark that makes one dispatched/skipped scrubs it.
-    return attrs.evolve(state, status=status, scrubbed=status in (Status.DISPATCHED, Status.SKIPPED))
+    return attrs.evolve(
+        state, status=status, scrubbed=status in (Status.DISPATCHED, Status.SKIPPED)
+    )
 
 
 def check_requeue(status: Status, *, scrubbed: bool) -> None:

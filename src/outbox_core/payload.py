@@ -12,7 +12,7 @@ for a row that cannot be decoded (never days of retries).
   and the like are refused rather than silently converted (a tuple would come back as a list).
   NaN and infinities are refused (not JSON), and so are U+0000 and lone surrogates in strings
   and keys (PostgreSQL ``jsonb`` cannot store them, and it is better to hear it at enqueue than
-  as a database error). The canonical encoding (compact, sorted keys, UTF-8) must fit
+  as a database error). The canonical encoding (compact, UTF-8, keys in the given order) must fit
   ``max_bytes``. The caller gets back a deep copy decoded from that encoding, so mutating the
   original afterwards cannot change what is stored.
 * :func:`decode_payload` (send) turns a stored row back into a dict under the same rules, and

@@ -12,6 +12,7 @@ import asyncio
 import math
 import secrets
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -20,9 +21,11 @@ from psycopg_pool import AsyncConnectionPool
 from outbox_adapters.postgres.clock import DatabaseClock
 from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.store import PostgresStore
+from outbox_adapters.records import MAX_PAYLOAD_BYTES
 from outbox_core.delivery import Status
 from outbox_core.errors import InvalidPayload
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
+from outbox_core.payload import MAX_DEPTH, validate_payload
 from outbox_core.ports import ClaimRequest, MarkResult, OutboxStore, RequeueRequest
 
 LANE = "email"
@@ -110,34 +113,97 @@ async def test_enqueue_then_claim_returns_the_row_with_one_attempt_and_the_token
     assert stored.next_attempt_at == h.now + LEASE
 
 
-async def test_payload_comes_back_as_json_keeps_it(harness):
+async def test_payload_comes_back_as_it_was_enqueued(harness):
     h = harness
-    sent = {"items": (1, 2), "nested": {"none": None, "ratio": 1.5, "flag": True}, "text": "é"}
+    sent = {"items": [1, 2], "nested": {"none": None, "ratio": 1.5, "flag": True}, "text": "é"}
     await h.enqueue(NewMessage(LANE, sent))
     (row,) = await h.store.claim_due(claim(h.now))
-    assert row.payload == {
-        "items": [1, 2],
-        "nested": {"none": None, "ratio": 1.5, "flag": True},
-        "text": "é",
-    }
+    assert row.payload == sent
 
 
-@pytest.mark.parametrize(
-    ("payload", "complaint"),
-    [
-        ({"ratio": math.nan}, "not a JSON number"),
-        ({"ratio": math.inf}, "not a JSON number"),
-        ({1: "integer key"}, "keys must be strings"),
-        ({"name": "nul\x00byte"}, "NUL"),
-        ({"when": datetime(2026, 1, 1)}, "not a JSON value"),  # noqa: DTZ001
-        ({"tags": {"a", "b"}}, "not a JSON value"),
-        ({"blob": "x" * (256 * 1024)}, "limit"),
-    ],
-)
-async def test_enqueue_refuses_payloads_postgresql_cannot_store(harness, payload, complaint):
-    with pytest.raises(InvalidPayload, match=complaint):
+def nested(depth: int) -> dict[str, Any]:
+    """A payload ``depth`` containers deep, itself included (dicts and lists in turn)."""
+    inner: object = {}
+    for level in range(depth - 2):
+        inner = [inner] if level % 2 else {"level": inner}
+    return {"top": inner}
+
+
+def contains_itself() -> dict[str, Any]:
+    payload: dict[str, Any] = {}
+    payload["me"] = payload
+    return payload
+
+
+#: (payload, a word the refusal must name). The rule is the core's (validate_payload); what this
+#: list proves is that both stores apply it, whole, before writing.
+REFUSED_PAYLOADS = {
+    "NaN": ({"ratio": math.nan}, "ratio"),
+    "infinity": ({"ratios": [1.0, -math.inf]}, "ratios"),
+    "a non-string key": ({1: "integer key"}, "key"),
+    "a nested non-string key": ({"n": {None: "none"}}, "key"),
+    "a NUL character": ({"name": "nul\x00byte"}, "U+0000"),
+    "a NUL in a key": ({"na\x00me": "x"}, "U+0000"),
+    "a lone surrogate": ({"name": "half \ud800 a pair"}, "U+D800"),
+    "a datetime": ({"when": datetime(2026, 1, 1)}, "datetime"),  # noqa: DTZ001
+    "a set": ({"tags": {"a", "b"}}, "set"),
+    "a tuple": ({"items": (1, 2)}, "tuple"),
+    "bytes": ({"pdf": b"%PDF"}, "bytes"),
+    "too deep": (nested(MAX_DEPTH + 1), str(MAX_DEPTH)),
+    "itself inside": (contains_itself(), str(MAX_DEPTH)),
+    "one byte too large": ({"blob": "x" * (MAX_PAYLOAD_BYTES - 10)}, f"{MAX_PAYLOAD_BYTES:,}"),
+}
+
+
+def core_refusal(payload: object) -> str:
+    with pytest.raises(InvalidPayload) as refusal:
+        validate_payload(payload, max_bytes=MAX_PAYLOAD_BYTES)
+    return str(refusal.value)
+
+
+@pytest.mark.parametrize("case", REFUSED_PAYLOADS)
+async def test_enqueue_refuses_what_the_core_refuses_with_the_core_s_reason(harness, case):
+    payload, named = REFUSED_PAYLOADS[case]
+    with pytest.raises(InvalidPayload) as refusal:
         await harness.enqueue(NewMessage(LANE, payload))
+    # The same sentence as the core's, word for word: one rule, not two that happen to agree.
+    assert str(refusal.value) == core_refusal(payload)
+    assert named in str(refusal.value)
     assert await harness.store.counts() == {}
+
+
+#: The edges of that rule, which both stores must accept and keep as given.
+ACCEPTED_PAYLOADS = {
+    # {"blob":"..."} is 11 bytes of JSON around the string.
+    "exactly the size limit": {"blob": "x" * (MAX_PAYLOAD_BYTES - 11)},
+    "exactly the depth limit": nested(MAX_DEPTH),
+    "every JSON type": {
+        "s": "é ☃ 𝄞",
+        "i": -(2**53),
+        "f": 0.1,
+        "t": True,
+        "n": None,
+        "l": [],
+        "d": {},
+    },
+}
+
+
+@pytest.mark.parametrize("case", ACCEPTED_PAYLOADS)
+async def test_enqueue_accepts_the_edges_of_the_rule(harness, case):
+    payload = ACCEPTED_PAYLOADS[case]
+    result = await harness.enqueue(NewMessage(LANE, payload))
+    stored = await harness.store.get(result.row_id)
+    assert stored is not None
+    assert stored.payload == payload
+
+
+async def test_any_mapping_is_a_payload_not_only_a_dict(harness):
+    # NewMessage takes a Mapping; a read-only one is as good as a dict.
+    result = await harness.enqueue(NewMessage(LANE, MappingProxyType({"to": "a@example.org"})))
+    stored = await harness.store.get(result.row_id)
+    assert stored is not None
+    assert stored.payload == {"to": "a@example.org"}
 
 
 async def test_idempotency_key_makes_a_second_enqueue_a_no_op_that_says_so(harness):

@@ -20,18 +20,17 @@ handle                                       call                   "in a transa
 A psycopg connection in autocommit mode *inside* ``with conn.transaction():`` is accepted: that block
 is a real transaction (BEGIN ... COMMIT), and it is psycopg's recommended style.
 
-The payload is checked (a JSON object, no NaN, within the size cap) before anything is written, so
-a bad message raises :class:`~outbox_core.errors.InvalidPayload` where the host can catch it, and the
-host's transaction is left untouched.
+The payload is checked by the core's rule (:func:`outbox_adapters.records.payload_json`: a JSON
+object of JSON types, within the size cap) before anything is written, so a bad message raises
+:class:`~outbox_core.errors.InvalidPayload` where the host can catch it, and the host's transaction
+is left untouched.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from psycopg import pq
@@ -42,7 +41,8 @@ from sqlalchemy.orm import Session
 
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.tables import outbox_message
-from outbox_core.errors import InvalidPayload, OutboxError
+from outbox_adapters.records import MAX_PAYLOAD_BYTES, payload_json
+from outbox_core.errors import OutboxError
 from outbox_core.messages import NewMessage
 from outbox_core.ports import EnqueueResult
 
@@ -50,9 +50,6 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 __all__ = ["MAX_PAYLOAD_BYTES", "TransactionRequired", "enqueue", "enqueue_async"]
-
-#: The largest payload accepted, as UTF-8 JSON. An outbox row is a message, not a blob store.
-MAX_PAYLOAD_BYTES: Final = 256 * 1024
 
 _NO_TRANSACTION = (
     "no open transaction; call enqueue inside your transaction "
@@ -65,55 +62,7 @@ class TransactionRequired(OutboxError):
     host's business rows."""
 
 
-# --- payload ------------------------------------------------------------------------------------
-
-
-def _check_json(value: object, path: str) -> None:
-    """Walk the value: JSON types only, string keys, finite numbers, no NUL (jsonb refuses it)."""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            _check_key(key, path)
-            _check_json(item, f"{path}.{key}")
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_json(item, f"{path}[{index}]")
-    elif isinstance(value, str):
-        if "\x00" in value:
-            raise InvalidPayload(f"{path} contains a NUL character, which PostgreSQL can't store")
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidPayload(f"{path} is {value!r}, which is not a JSON number")
-    elif value is not None and not isinstance(value, bool | int):
-        raise InvalidPayload(
-            f"{path} is a {type(value).__name__} ({value!r:.60}), which is not a JSON value"
-        )
-
-
-def _check_key(key: object, path: str) -> None:
-    # json.dumps would silently turn 1, 1.5, True or None into a string key: refuse instead.
-    if not isinstance(key, str):
-        raise InvalidPayload(
-            f"payload keys must be strings; {path} has the key {key!r} ({type(key).__name__})"
-        )
-    _check_json(key, f"{path} key {key[:40]!r}")
-
-
-def _to_json(payload: object) -> str:
-    """The payload as JSON text, or :class:`InvalidPayload` naming the problem."""
-    if not isinstance(payload, Mapping):
-        raise InvalidPayload(
-            f"a payload must be a JSON object (a dict), got {type(payload).__name__} "
-            f"{payload!r:.60}"
-        )
-    _check_json(payload, "payload")
-    text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-    size = len(text.encode())
-    if size > MAX_PAYLOAD_BYTES:
-        raise InvalidPayload(
-            f"the payload is {size} bytes of JSON, over the {MAX_PAYLOAD_BYTES}-byte limit; "
-            "store large content elsewhere and put a reference in the payload"
-        )
-    return text
+# --- statement parameters -----------------------------------------------------------------------
 
 
 def _params(message: NewMessage, payload: str) -> dict[str, Any]:
@@ -283,7 +232,7 @@ def enqueue(handle: object, message: NewMessage) -> EnqueueResult:
     ``sqlalchemy.orm.Session``. Returns the new row's id; or, when the lane already has a row with
     the message's idempotency key, that row's id with ``created=False`` (nothing is written then).
     """
-    payload = _to_json(message.payload)
+    payload = payload_json(message.payload)
     if isinstance(handle, psycopg.Connection):
         _check_psycopg(handle)
         row_id, created = _enqueue_psycopg(handle, message, payload)
@@ -306,7 +255,7 @@ def enqueue(handle: object, message: NewMessage) -> EnqueueResult:
 async def enqueue_async(handle: object, message: NewMessage) -> EnqueueResult:
     """:func:`enqueue` for ``psycopg.AsyncConnection`` and SQLAlchemy ``AsyncConnection`` /
     ``AsyncSession``."""
-    payload = _to_json(message.payload)
+    payload = payload_json(message.payload)
     sa_async = _async_sqlalchemy()
     if isinstance(handle, psycopg.AsyncConnection):
         _check_psycopg(handle)

@@ -27,83 +27,30 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
-import attrs
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from outbox_adapters.postgres import statements
+from outbox_adapters.records import (
+    NO_SUCH_ROW,
+    ErrorGroup,
+    FailedReport,
+    StoredRow,
+    StoreStats,
+    coerce_row_id,
+    count_mark,
+    log_requeued,
+    usable_row_ids,
+)
 from outbox_core.delivery import Status, check_requeue
 from outbox_core.errors import RequeueRefused
-from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, RowId
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, RowId
 from outbox_core.ports import ClaimRequest, MarkResult, RequeueRequest, RequeueResult
 
 __all__ = ["ErrorGroup", "FailedReport", "PostgresStore", "StoreStats", "StoredRow"]
 
 _log = logging.getLogger(__name__)
-
-#: The reason given for a requeue of an id no row has.
-NO_SUCH_ROW = "no such row"
-
-
-@attrs.define
-class StoreStats:
-    """Counters since the store was built (for logs, metrics and tests)."""
-
-    #: Rows handed out by ``claim_due``.
-    claimed_rows: int = 0
-    #: Marks (and releases) the fence accepted.
-    applied_marks: int = 0
-    #: Marks (and releases) the fence refused: dropped, never applied.
-    stale_marks: int = 0
-
-
-@attrs.frozen
-class StoredRow:
-    """A row as an operator sees it. ``payload`` is raw: redact it before showing it anywhere."""
-
-    id: int
-    lane: str
-    status: Status
-    payload: JSONObject
-    attempts: int
-    next_attempt_at: datetime
-    claim_token: str | None
-    claimed_at: datetime | None
-    last_error: str | None
-    idempotency_key: str | None
-    created_at: datetime
-    updated_at: datetime
-    resolved_at: datetime | None
-    scrubbed_at: datetime | None
-
-
-@attrs.frozen
-class ErrorGroup:
-    """Failed rows that share an error."""
-
-    error: str | None
-    rows: int
-    first_failed_at: datetime | None
-    last_failed_at: datetime | None
-
-
-@attrs.frozen
-class FailedReport:
-    """The newest failed rows, and every failed row grouped by error."""
-
-    rows: tuple[StoredRow, ...]
-    by_error: tuple[ErrorGroup, ...]
-
-
-def _row_id(value: RowId) -> int:
-    """PostgreSQL ids are bigints; a string of digits is accepted (ids typed in on a CLI)."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise TypeError(f"a row id is an int, got {type(value).__name__} {value!r}")
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"a PostgreSQL row id is an integer, got {value!r}") from None
 
 
 def _stored(record: Mapping[str, Any]) -> StoredRow:
@@ -196,7 +143,7 @@ class PostgresStore:
 
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
         params = {
-            "id": _row_id(mark.row_id),
+            "id": coerce_row_id(mark.row_id),
             "token": mark.token.value,
             "status": mark.status.value,
             "reason": mark.reason,
@@ -210,7 +157,7 @@ class PostgresStore:
     async def release(
         self, row_id: RowId, token: ClaimToken, *, now: datetime | None = None
     ) -> MarkResult:
-        params = {"id": _row_id(row_id), "token": token.value, "now": now}
+        params = {"id": coerce_row_id(row_id), "token": token.value, "now": now}
         matched = await self._one_statement(statements.RELEASE, params)
         return self._fenced(matched, row_id, "release")
 
@@ -219,7 +166,7 @@ class PostgresStore:
         async with self._pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             if request.row_ids is not None:
-                wanted = self._known_ids(request.row_ids, refused)
+                wanted = usable_row_ids(request.row_ids, refused)
                 await cur.execute(statements.REQUEUE_CANDIDATES_BY_ID, {"ids": list(wanted)})
             else:
                 wanted = {}
@@ -249,13 +196,7 @@ class PostgresStore:
             if accepted:
                 await cur.execute(statements.REQUEUE, {"ids": accepted, "actor": request.actor})
                 requeued = sorted(r["message_id"] for r in await cur.fetchall())
-        if requeued:
-            _log.info(
-                "requeued %d failed row(s) for %s",
-                len(requeued),
-                request.actor,
-                extra={"outbox_row_ids": requeued, "outbox_actor": request.actor},
-            )
+        log_requeued(_log, requeued, request.actor)
         return RequeueResult(requeued=tuple(wanted.get(i, i) for i in requeued), refused=refused)
 
     # --- operator reads ---------------------------------------------------------------------------
@@ -264,7 +205,7 @@ class PostgresStore:
         """One row, or ``None``. The payload is raw: redact before showing it."""
         async with self._pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(statements.GET_ROW, {"id": _row_id(row_id)})
+            await cur.execute(statements.GET_ROW, {"id": coerce_row_id(row_id)})
             record = await cur.fetchone()
         return None if record is None else _stored(record)
 
@@ -299,30 +240,7 @@ class PostgresStore:
                 return await _rowcount(conn, query, params)
 
     def _fenced(self, matched: int, row_id: RowId, what: str) -> MarkResult:
-        if matched:
-            self.stats.applied_marks += 1
-            return MarkResult.APPLIED
-        self.stats.stale_marks += 1
-        # The row id only: a payload may hold secrets, and a stale mark is no reason to show one.
-        _log.warning(
-            "stale %s dropped: row %s is no longer pending under this claim "
-            "(its lease expired and a sibling re-claimed it, or it was already resolved)",
-            what,
-            row_id,
-            extra={"outbox_row_id": row_id, "outbox_stale": what},
-        )
-        return MarkResult.STALE
-
-    @staticmethod
-    def _known_ids(row_ids: Sequence[RowId], refused: dict[RowId, str]) -> dict[int, RowId]:
-        """Map each usable id to the value the caller gave; an unusable one is no such row."""
-        wanted: dict[int, RowId] = {}
-        for given in row_ids:
-            try:
-                wanted[_row_id(given)] = given
-            except (TypeError, ValueError):
-                refused[given] = NO_SUCH_ROW
-        return wanted
+        return count_mark(self.stats, _log, applied=bool(matched), row_id=row_id, what=what)
 
 
 async def _rowcount(conn: AsyncConnection[Any], query: str, params: Mapping[str, Any]) -> int:

@@ -1,0 +1,55 @@
+"""In-memory adapters for tests (catalogue A11): a store, a leader lease, a recording mailer.
+
+They are shipped for host applications' tests as much as for ours. :class:`MemoryStore` has the
+semantics of :class:`outbox_adapters.postgres.store.PostgresStore`, statement for statement, and the
+contract suite (``tests/contract``) runs the same cases against both, so it cannot drift.
+
+=====================  ==========================================================================
+module                 holds
+=====================  ==========================================================================
+:mod:`.store`          :class:`MemoryStore`, the outbox store
+:mod:`.leader`         :class:`MemoryLeaderLease`, the per-lane leader lease
+:mod:`.recording`      :class:`RecordingMailer` and :class:`RecordingHandler`, peers that record
+                       every call and return scripted outcomes
+:mod:`.stamps`         the time a write is stamped with (the caller's ``now`` or the clock's)
+=====================  ==========================================================================
+
+The value types the store answers with (:class:`StoredRow`, :class:`FailedReport`, ...) are the
+PostgreSQL store's, from :mod:`outbox_adapters.records`; they are re-exported here.
+"""
+
+from outbox_adapters.memory.leader import MemoryLeaderLease
+from outbox_adapters.memory.recording import (
+    HandlerCall,
+    MailAttempt,
+    RecordingHandler,
+    RecordingMailer,
+    Scripted,
+)
+from outbox_adapters.memory.store import MemoryStore
+from outbox_adapters.records import (
+    MAX_PAYLOAD_BYTES,
+    NO_SUCH_ROW,
+    AuditEntry,
+    ErrorGroup,
+    FailedReport,
+    StoredRow,
+    StoreStats,
+)
+
+__all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "NO_SUCH_ROW",
+    "AuditEntry",
+    "ErrorGroup",
+    "FailedReport",
+    "HandlerCall",
+    "MailAttempt",
+    "MemoryLeaderLease",
+    "MemoryStore",
+    "RecordingHandler",
+    "RecordingMailer",
+    "Scripted",
+    "StoreStats",
+    "StoredRow",
+]

@@ -1,0 +1,363 @@
+"""``MemoryStore``: the outbox store in memory, with PostgresStore's semantics (catalogue A1, A11).
+
+Theory of operation
+-------------------
+Each operation does what the PostgreSQL statement of the same name does, and the contract suite
+(``tests/contract``) runs the same cases against both:
+
+- ``enqueue`` refuses the payloads PostgreSQL's enqueue refuses (the one rule,
+  :func:`outbox_adapters.records.payload_json`), stores what JSON keeps, and honours the per-lane
+  idempotency key;
+- ``claim_due`` takes the due rows of a lane in (due time, id) order, counts the attempt, stamps the
+  lease and the token; ``mark_if_pending`` and ``release`` are fenced compare-and-sets with
+  :func:`outbox_core.lease.fence_admits`, the scrub in the same step; ``requeue_failed`` judges each
+  row with :func:`outbox_core.delivery.check_requeue` and writes an audit record.
+
+Time comes from the request's ``now`` or from the injected :class:`~outbox_core.ports.Clock` (a
+:class:`~outbox_adapters.clock.FakeClock` in tests), where PostgreSQL uses the database clock.
+
+Concurrency: each operation yields to the event loop once *before* it starts (a real store does I/O
+there, and a loop that only talks to this store must still let other tasks run), then does all its
+reading and writing without another ``await``, under a lock. A compare-and-set is therefore atomic
+for asyncio tasks, and also for threads (a synchronous host test calling :meth:`MemoryStore.enqueue`
+from a worker thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from outbox_adapters.clock import SystemClock
+from outbox_adapters.memory.stamps import stamp
+from outbox_adapters.records import (
+    NO_SUCH_ROW,
+    AuditEntry,
+    ErrorGroup,
+    FailedReport,
+    StoredRow,
+    StoreStats,
+    coerce_row_id,
+    count_mark,
+    log_requeued,
+    payload_json,
+    usable_row_ids,
+)
+from outbox_core.delivery import Status, check_requeue
+from outbox_core.errors import RequeueRefused
+from outbox_core.lease import fence_admits, lease_expires_at
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId
+from outbox_core.ports import (
+    ClaimRequest,
+    Clock,
+    EnqueueResult,
+    MarkResult,
+    RequeueRequest,
+    RequeueResult,
+)
+
+__all__ = ["MemoryStore"]
+
+_log = logging.getLogger(__name__)
+
+
+@attrs.define
+class _Row:
+    id: int
+    lane: str
+    payload: dict[str, Any]
+    next_attempt_at: datetime
+    idempotency_key: str | None
+    created_at: datetime
+    updated_at: datetime
+    status: Status = Status.PENDING
+    attempts: int = 0
+    claim_token: ClaimToken | None = None
+    claimed_at: datetime | None = None
+    last_error: str | None = None
+    resolved_at: datetime | None = None
+    scrubbed_at: datetime | None = None
+
+    def snapshot(self) -> StoredRow:
+        return StoredRow(
+            id=self.id,
+            lane=self.lane,
+            status=self.status,
+            payload=copy.deepcopy(self.payload),
+            attempts=self.attempts,
+            next_attempt_at=self.next_attempt_at,
+            claim_token=None if self.claim_token is None else self.claim_token.value,
+            claimed_at=self.claimed_at,
+            last_error=self.last_error,
+            idempotency_key=self.idempotency_key,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            resolved_at=self.resolved_at,
+            scrubbed_at=self.scrubbed_at,
+        )
+
+
+class MemoryStore:
+    """:class:`outbox_core.ports.OutboxStore` in memory, with PostgresStore's semantics.
+
+    ``clock`` supplies the time wherever PostgreSQL would use its own ``now()`` (a
+    :class:`~outbox_adapters.clock.FakeClock` makes a test deterministic). Nothing is shared between
+    instances.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock or SystemClock()
+        self._lock = threading.Lock()
+        self._rows: dict[int, _Row] = {}
+        self._keys: dict[tuple[str, str], int] = {}
+        self._next_id = 1
+        #: Counters since the store was built.
+        self.stats = StoreStats()
+        #: One entry per requeued row, oldest first (PostgreSQL: ``outbox_requeue_audit``).
+        self.audit: list[AuditEntry] = []
+
+    # --- producer ---------------------------------------------------------------------------------
+
+    def enqueue(self, message: NewMessage, *, now: datetime | None = None) -> EnqueueResult:
+        """Write ``message``; with a key already seen in the lane, write nothing and say so.
+
+        Refuses a payload PostgreSQL's enqueue refuses (:class:`InvalidPayload`), before writing.
+        """
+        # What PostgreSQL stores: the checked JSON text, decoded as psycopg would.
+        payload: dict[str, Any] = json.loads(payload_json(message.payload))
+        with self._lock:
+            key = message.idempotency_key
+            if key is not None and (message.lane, key) in self._keys:
+                return EnqueueResult(row_id=self._keys[message.lane, key], created=False)
+            at = stamp(self._clock, now)
+            row = _Row(
+                id=self._next_id,
+                lane=message.lane,
+                payload=payload,
+                next_attempt_at=at if message.not_before is None else message.not_before,
+                idempotency_key=key,
+                created_at=at,
+                updated_at=at,
+            )
+            self._next_id += 1
+            self._rows[row.id] = row
+            if key is not None:
+                self._keys[message.lane, key] = row.id
+        return EnqueueResult(row_id=row.id, created=True)
+
+    # --- the port ---------------------------------------------------------------------------------
+
+    async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
+        await asyncio.sleep(0)
+        with self._lock:
+            now = self._clock.now() if request.now is None else request.now
+            due = sorted(
+                (
+                    row
+                    for row in self._rows.values()
+                    if row.lane == request.lane
+                    and row.status is Status.PENDING
+                    and row.next_attempt_at <= now
+                ),
+                key=lambda row: (row.next_attempt_at, row.id),
+            )[: request.limit]
+            expires = lease_expires_at(now, request.lease)
+            claimed: list[ClaimedRow] = []
+            for row in due:
+                row.attempts += 1
+                row.next_attempt_at = expires
+                row.claim_token = request.token
+                row.claimed_at = now
+                row.updated_at = self._clock.now()
+                claimed.append(
+                    ClaimedRow(
+                        id=row.id,
+                        lane=row.lane,
+                        payload=copy.deepcopy(row.payload),
+                        attempts=row.attempts,
+                        token=request.token,
+                        lease_expires_at=expires,
+                        created_at=row.created_at,
+                    )
+                )
+            self.stats.claimed_rows += len(claimed)
+        return claimed
+
+    async def mark_if_pending(self, mark: Mark) -> MarkResult:
+        await asyncio.sleep(0)
+        with self._lock:
+            row = self._fenced_row(mark.row_id, mark.token)
+            if row is not None:
+                now = self._clock.now()
+                row.status = mark.status
+                row.last_error = mark.reason
+                if mark.next_attempt_at is not None:
+                    row.next_attempt_at = mark.next_attempt_at
+                if mark.status is Status.PENDING:
+                    # A retry ends the claim: no later mark of it can land.
+                    row.resolved_at = None
+                    row.claim_token = None
+                else:
+                    # A resolved row keeps its token: the record of which claim resolved it.
+                    row.resolved_at = now
+                # The scrub, in the same step as the status change (catalogue C6).
+                row.payload = {k: v for k, v in row.payload.items() if k not in mark.scrub_keys}
+                if mark.status in (Status.DISPATCHED, Status.SKIPPED):
+                    row.scrubbed_at = now
+                row.updated_at = now
+            return self._result(row is not None, mark.row_id, f"mark {mark.status}")
+
+    async def release(
+        self, row_id: RowId, token: ClaimToken, *, now: datetime | None = None
+    ) -> MarkResult:
+        await asyncio.sleep(0)
+        with self._lock:
+            row = self._fenced_row(row_id, token)
+            if row is not None:
+                row.attempts = max(row.attempts - 1, 0)
+                row.next_attempt_at = stamp(self._clock, now)
+                row.claim_token = None
+                row.claimed_at = None
+                row.updated_at = self._clock.now()
+            return self._result(row is not None, row_id, "release")
+
+    async def requeue_failed(self, request: RequeueRequest) -> RequeueResult:
+        await asyncio.sleep(0)
+        refused: dict[RowId, str] = {}
+        with self._lock:
+            if request.row_ids is not None:
+                wanted = usable_row_ids(request.row_ids, refused)
+                candidates = [self._rows[i] for i in sorted(wanted) if i in self._rows]
+                refused.update({wanted[i]: NO_SUCH_ROW for i in wanted if i not in self._rows})
+            else:
+                wanted = {}
+                candidates = [row for row in self._by_id() if _matches(row, request)]
+            requeued: list[RowId] = []
+            for row in candidates:
+                try:
+                    check_requeue(row.status, scrubbed=row.scrubbed_at is not None)
+                except RequeueRefused as refusal:
+                    refused[wanted.get(row.id, row.id)] = str(refusal)
+                else:
+                    self._requeue(row, request.actor)
+                    requeued.append(wanted.get(row.id, row.id))
+        log_requeued(_log, requeued, request.actor)
+        return RequeueResult(requeued=tuple(requeued), refused=refused)
+
+    # --- operator reads ---------------------------------------------------------------------------
+
+    async def get(self, row_id: RowId) -> StoredRow | None:
+        """One row, or ``None``. The payload is raw: redact before showing it."""
+        with self._lock:
+            row = self._rows.get(coerce_row_id(row_id))
+            return None if row is None else row.snapshot()
+
+    async def list_failed(self, lane: str | None = None, limit: int = 100) -> FailedReport:
+        """The ``limit`` newest failed rows, and all failed rows grouped by error."""
+        with self._lock:
+            failed = [
+                row.snapshot()
+                for row in self._by_id()
+                if row.status is Status.FAILED and (lane is None or row.lane == lane)
+            ]
+        # PostgreSQL: ORDER BY resolved_at DESC, id DESC (a NULL would sort first).
+        newest = sorted(failed, key=_failed_order, reverse=True)
+        groups: dict[str | None, list[StoredRow]] = {}
+        for row in failed:
+            groups.setdefault(row.last_error, []).append(row)
+        by_error = [_error_group(error, rows) for error, rows in groups.items()]
+        # PostgreSQL: ORDER BY count(*) DESC, last_error (a NULL sorts last).
+        by_error.sort(key=lambda g: (-g.rows, g.error is None, g.error or ""))
+        return FailedReport(rows=tuple(newest[:limit]), by_error=tuple(by_error))
+
+    async def counts(self) -> dict[str, dict[Status, int]]:
+        """Rows per lane and status, e.g. ``{"email": {Status.PENDING: 3, ...}}``."""
+        result: dict[str, dict[Status, int]] = {}
+        with self._lock:
+            for row in self._by_id():
+                lane = result.setdefault(row.lane, {})
+                lane[row.status] = lane.get(row.status, 0) + 1
+        return result
+
+    def rows(self, lane: str | None = None) -> list[StoredRow]:
+        """Every row (of ``lane``), oldest first: what a host's test asserts it enqueued."""
+        with self._lock:
+            return [row.snapshot() for row in self._by_id() if lane is None or row.lane == lane]
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _by_id(self) -> list[_Row]:
+        return [self._rows[i] for i in sorted(self._rows)]
+
+    def _fenced_row(self, row_id: RowId, token: ClaimToken) -> _Row | None:
+        """The row, if the fence admits a write under ``token``; else ``None``."""
+        row = self._rows.get(coerce_row_id(row_id))
+        if row is None or not fence_admits(
+            row_status=row.status, row_token=row.claim_token, mark_token=token
+        ):
+            return None
+        return row
+
+    def _result(self, applied: bool, row_id: RowId, what: str) -> MarkResult:  # noqa: FBT001
+        return count_mark(self.stats, _log, applied=applied, row_id=row_id, what=what)
+
+    def _requeue(self, row: _Row, actor: str) -> None:
+        now = self._clock.now()
+        self.audit.append(
+            AuditEntry(
+                message_id=row.id,
+                actor=actor,
+                requeued_at=now,
+                previous_attempts=row.attempts,
+                previous_error=row.last_error,
+            )
+        )
+        row.status = Status.PENDING
+        row.attempts = 0
+        row.next_attempt_at = now
+        row.claim_token = None
+        row.claimed_at = None
+        row.last_error = None
+        row.resolved_at = None
+        row.updated_at = now
+
+
+def _matches(row: _Row, request: RequeueRequest) -> bool:
+    """The requeue filter: failed rows matching every filter given (``None`` = any); a row with
+    no value for a filtered column does not match it, as SQL's NULL comparisons don't."""
+    failed_at = row.resolved_at
+    if row.status is not Status.FAILED:
+        return False
+    if request.lane is not None and row.lane != request.lane:
+        return False
+    if request.failed_since is not None and (failed_at is None or failed_at < request.failed_since):
+        return False
+    if request.failed_before is not None and (
+        failed_at is None or failed_at >= request.failed_before
+    ):
+        return False
+    return request.error_contains is None or (
+        row.last_error is not None and request.error_contains in row.last_error
+    )
+
+
+def _failed_order(row: StoredRow) -> tuple[bool, datetime, int]:
+    return (row.resolved_at is None, row.resolved_at or row.created_at, row.id)
+
+
+def _error_group(error: str | None, rows: list[StoredRow]) -> ErrorGroup:
+    times = [row.resolved_at for row in rows if row.resolved_at is not None]
+    return ErrorGroup(
+        error=error,
+        rows=len(rows),
+        first_failed_at=min(times, default=None),
+        last_failed_at=max(times, default=None),
+    )
