@@ -63,3 +63,10 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict over both packages."""
     session.install("-e", DEV)
     session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """`outbox demo`: e-mails through embedded PostgreSQL and a local STARTTLS server, checked."""
+    session.install("-e", ".[demo]")
+    session.run("outbox", "demo", *session.posargs)

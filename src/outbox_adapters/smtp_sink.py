@@ -164,10 +164,10 @@ class SmtpSink:
         self.handler = SinkHandler()
         self._advertise_starttls = advertise_starttls
         self._credentials = (username, password) if username and password else None
+        # A throwaway certificate authority, in memory; its PEM file is written by start().
         self._ca = trustme.CA()
-        self._dir = tempfile.TemporaryDirectory(prefix="outbox-smtp-")
-        self.ca_file = Path(self._dir.name) / "ca.pem"
-        self._ca.cert_pem.write_to_path(str(self.ca_file))
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self.ca_file = Path()
         self._controller: Controller | None = None
 
     def client_context(self) -> ssl.SSLContext:
@@ -182,6 +182,9 @@ class SmtpSink:
         return context
 
     def start(self) -> Self:
+        self._dir = tempfile.TemporaryDirectory(prefix="outbox-smtp-")
+        self.ca_file = Path(self._dir.name) / "ca.pem"
+        self._ca.cert_pem.write_to_path(str(self.ca_file))
         self.port = free_port(self.host)
         kwargs: dict[str, Any] = {}
         if self.tls == "starttls" and self._advertise_starttls:
@@ -204,7 +207,9 @@ class SmtpSink:
             with contextlib.suppress(Exception):
                 self._controller.stop()
             self._controller = None
-        self._dir.cleanup()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -50,12 +50,12 @@ def _container() -> Iterator[ServerSource]:
 
 
 @contextlib.contextmanager
-def _embedded() -> Iterator[ServerSource]:
+def _embedded(env: str) -> Iterator[ServerSource]:
     try:
         pgserver = importlib.import_module("pgserver")
     except ImportError as exc:  # pragma: no cover - the dev/embedded extras install it
         msg = (
-            "no PostgreSQL found: set OUTBOX_TEST_DSN, run a Docker engine, or install the "
+            f"no PostgreSQL found: set {env}, run a Docker engine, or install the "
             "embedded server with `pip install 'leased-outbox[embedded]'`"
         )
         raise RuntimeError(msg) from exc
@@ -80,5 +80,5 @@ def find_postgres(
         with _container() as found:
             yield found
         return
-    with _embedded() as found:
+    with _embedded(env) as found:
         yield found

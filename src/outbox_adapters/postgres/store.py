@@ -96,6 +96,11 @@ class PostgresStore:
         await pool.open(wait=True)
         return cls(pool, owns_pool=True)
 
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        """The connection pool (share it with ``PostgresLeaderLease`` rather than open another)."""
+        return self._pool
+
     async def close(self) -> None:
         """Close the pool if :meth:`open` created it; a pool you passed in stays yours."""
         if self._owns_pool:

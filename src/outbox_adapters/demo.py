@@ -1,0 +1,434 @@
+"""``outbox demo``: the whole e-mail path, end to end, on real parts, in a few seconds.
+
+What it does
+------------
+1. Finds a PostgreSQL server (``find_postgres``: a URL given, else a container, else an embedded
+   pgserver) and applies the schema.
+2. Starts a real SMTP server in-process (:class:`~outbox_adapters.smtp_sink.SmtpSink`, STARTTLS with
+   a throwaway CA) that fails chosen recipients: ``bounce…`` with 550 (permanent), ``transient…``
+   with 451 on every try, and ``flaky…`` with 451 the first time only (:class:`FlakySinkHandler`).
+3. Enqueues the rows in a few host transactions (psycopg, ``enqueue_async``), each carrying a
+   ``password_reset_url`` with a canary token in it, on a lane of its own (``demo-<hex>``): a demo
+   pointed at a real database never claims, sends or counts anybody else's rows.
+4. Runs the real :class:`~outbox_adapters.worker.Worker` (a few of them, racing on SKIP LOCKED) with
+   the real :class:`~outbox_adapters.smtp.SmtpMailer` in strict STARTTLS, and a backoff shrunk to
+   0.2 s / 0.5 s / 1 s so that retries, and the end of the schedule, happen while you watch.
+5. Stops when every row is terminal and prints what the database and the SMTP server saw, with the
+   invariants checked: no duplicate at the server, no secret left in a sent row, nothing in
+   plaintext, every row where its recipient says it must end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import secrets
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from email import message_from_bytes
+from email.parser import BytesHeaderParser
+from email.policy import default as default_policy
+from typing import Any, Final, TextIO
+
+import attrs
+import psycopg
+
+from outbox_adapters.clock import SystemClock
+from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.postgres import PostgresStore, enqueue_async, schema
+from outbox_adapters.postgres.embedded import find_postgres
+from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp_sink import SinkHandler, SmtpSink
+from outbox_adapters.worker import LaneConfig, Worker
+from outbox_core.backoff import SlotSchedule
+from outbox_core.timing import EmailTiming
+
+__all__ = [
+    "DEMO_BACKOFF",
+    "DemoReport",
+    "FlakySinkHandler",
+    "Recipient",
+    "demo_recipients",
+    "run_demo",
+]
+
+#: Waits after the 1st, 2nd and 3rd failed attempt: four attempts in all, done in about 2 s.
+DEMO_BACKOFF: Final = SlotSchedule(
+    (timedelta(seconds=0.2), timedelta(seconds=0.5), timedelta(seconds=1.0))
+)
+DEMO_SENDER: Final = "outbox-demo@demo.example"
+#: The environment the demo's SMTP policy names (strict STARTTLS, so it makes no difference here).
+DEMO_ENVIRONMENT: Final = "demo"
+BATCH_SIZE: Final = 20
+POLL_INTERVAL: Final = 0.1
+#: Workers racing on the same lane: claims are disjoint (SKIP LOCKED), so the sink sees no more.
+WORKERS: Final = 4
+#: Rows per host transaction at enqueue.
+ROWS_PER_TRANSACTION: Final = 100
+PROGRESS_WIDTH: Final = 30
+
+#: How ``find_postgres`` found the server, in words.
+_SOURCES: Final = {
+    "env": "the given URL",
+    "container": "a container",
+    "embedded": "embedded pgserver",
+}
+# Noisy third-party loggers: aiosmtpd reports every TLS handshake and closed connection.
+_QUIET_LOGGERS: Final = ("mail.log", "mail.debug")
+
+#: Rows of the demo's lane per status, for the progress bar.
+STATUS_COUNTS: Final = """
+SELECT status, count(*) FROM outbox_message WHERE lane = %(lane)s GROUP BY status
+"""
+
+#: What the database says happened, per recipient kind (the recipient's local-part prefix).
+#: ``canary_left``: sent rows whose stored payload still holds the secret link (must be none).
+OUTCOMES_BY_KIND: Final = """
+SELECT
+    substring(payload->>'to' FROM '^[a-z]+') AS kind,
+    count(*) AS rows,
+    count(*) FILTER (WHERE status = 'pending') AS pending,
+    count(*) FILTER (WHERE status = 'dispatched') AS dispatched,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE attempts > 1) AS retried,
+    min(attempts) AS min_attempts,
+    max(attempts) AS max_attempts,
+    count(*) FILTER (WHERE status = 'dispatched' AND strpos(payload::text, %(canary)s) > 0)
+        AS canary_left,
+    count(*) FILTER (WHERE status = 'failed' AND strpos(payload::text, %(canary)s) > 0)
+        AS canary_kept
+FROM outbox_message
+WHERE lane = %(lane)s
+GROUP BY 1
+"""
+
+
+class Recipient(enum.StrEnum):
+    """What the sink does with a recipient, named by the prefix of its local part."""
+
+    OK = "user"
+    BOUNCE = "bounce"  # 550 on every try: failed at the first attempt
+    TRANSIENT = "transient"  # 451 on every try: failed when the schedule is used up
+    FLAKY = "flaky"  # 451 on the first try only: sent on the second attempt
+
+
+def demo_recipients(rows: int) -> list[tuple[Recipient, str]]:
+    """``rows`` recipients: 5% each bounce, transient and flaky, the rest plain."""
+    special = {5: Recipient.BOUNCE, 10: Recipient.TRANSIENT, 15: Recipient.FLAKY}
+    out = []
+    for number in range(rows):
+        kind = special.get(number % 20, Recipient.OK)
+        out.append((kind, f"{kind.value}{number:05d}@demo.example"))
+    return out
+
+
+class FlakySinkHandler(SinkHandler):
+    """The sink's handler, plus ``flaky…`` recipients: 451 the first time an address is seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
+        self,
+        server: Any,  # noqa: ANN401 - aiosmtpd is untyped
+        _session: Any,  # noqa: ANN401
+        envelope: Any,  # noqa: ANN401
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
+        if address.partition("@")[0].lower().startswith(Recipient.FLAKY.value):
+            # The server runs in a thread of its own; the lock keeps "first time" exact.
+            with self._lock:
+                first = address not in self._seen
+                self._seen.add(address)
+            if first:
+                self._count(server, "RCPT")
+                return "451 4.3.2 Flaky demo mailbox, please try again"
+        return await super().handle_RCPT(server, _session, envelope, address, rcpt_options)
+
+
+@attrs.frozen
+class KindOutcome:
+    """What the database holds for one recipient kind at the end."""
+
+    rows: int = 0
+    pending: int = 0
+    dispatched: int = 0
+    failed: int = 0
+    retried: int = 0
+    min_attempts: int = 0
+    max_attempts: int = 0
+    canary_left: int = 0
+    canary_kept: int = 0
+
+
+@attrs.frozen
+class DemoReport:
+    """The figures of one run, and the invariants they must satisfy."""
+
+    enqueued: int
+    by_kind: dict[Recipient, KindOutcome]
+    received: int
+    distinct_message_ids: int
+    links_delivered: int
+    plaintext_commands: int
+    elapsed: float
+    finished: bool
+
+    def total(self, field: str) -> int:
+        return sum(getattr(outcome, field) for outcome in self.by_kind.values())
+
+    def kind(self, kind: Recipient) -> KindOutcome:
+        return self.by_kind.get(kind, KindOutcome())
+
+    @property
+    def duplicates(self) -> int:
+        return self.received - self.distinct_message_ids
+
+    def broken(self) -> list[str]:
+        """Every invariant that does not hold, in words; empty when the run is clean."""
+        transient, flaky = self.kind(Recipient.TRANSIENT), self.kind(Recipient.FLAKY)
+        checks = [
+            (self.finished, "rows were still pending when the demo gave up"),
+            (self.total("rows") == self.enqueued, "the lane holds a different number of rows"),
+            (self.duplicates == 0, "the SMTP server received a message twice"),
+            (self.received == self.total("dispatched"), "messages received != rows dispatched"),
+            (self.links_delivered == self.received, "a received message lacked its reset link"),
+            (self.total("canary_left") == 0, "a dispatched row still holds its secret link"),
+            (self.total("canary_kept") == self.total("failed"), "a failed row lost its link"),
+            (self.plaintext_commands == 0, "an SMTP command was sent without TLS"),
+            (
+                self.total("retried") == transient.rows + flaky.rows,
+                "the rows retried are not exactly the transient and flaky ones",
+            ),
+        ]
+        # Where each kind of recipient must end, and after exactly how many attempts.
+        expected = {
+            Recipient.OK: ("dispatched", 1),
+            Recipient.BOUNCE: ("failed", 1),
+            Recipient.TRANSIENT: ("failed", DEMO_BACKOFF.max_attempts),
+            Recipient.FLAKY: ("dispatched", 2),
+        }
+        for kind, (status, attempts) in expected.items():
+            outcome = self.kind(kind)
+            holds = outcome.rows == 0 or (
+                getattr(outcome, status) == outcome.rows
+                and outcome.min_attempts == outcome.max_attempts == attempts
+            )
+            checks.append(
+                (holds, f"{kind.value} rows did not all end {status} after {attempts} attempt(s)")
+            )
+        return [reason for holds, reason in checks if not holds]
+
+    def table(self) -> str:
+        rate = self.enqueued / self.elapsed if self.elapsed > 0 else 0.0
+        lines = [
+            ("enqueued", self.enqueued),
+            ("sent (dispatched)", self.total("dispatched")),
+            ("failed permanent (550 bounce)", self.kind(Recipient.BOUNCE).failed),
+            ("failed after retries (451, schedule used up)", self.kind(Recipient.TRANSIENT).failed),
+            ("retried (needed more than one attempt)", self.total("retried")),
+            ("still pending", self.total("pending")),
+            ("messages received by the sink", self.received),
+            ("duplicates seen by the sink", self.duplicates),
+            ("dispatched rows still holding the canary", self.total("canary_left")),
+            ("plaintext SMTP commands", self.plaintext_commands),
+            (
+                "elapsed (workers started .. last row done)",
+                f"{self.elapsed:.2f} s ({rate:.0f} rows/s)",
+            ),
+        ]
+        width = max(len(label) for label, _ in lines)
+        return "\n".join(f"  {label:<{width}}  {value:>6}" for label, value in lines)
+
+
+# --- running it -----------------------------------------------------------------------------------
+
+
+def run_demo(*, rows: int, database_url: str | None, out: TextIO, err: TextIO) -> DemoReport:
+    """Run the demo and print its progress (``err``) and summary (``out``); returns the figures."""
+    lane = f"demo-{secrets.token_hex(3)}"
+    canary = f"canary{secrets.token_hex(8)}"
+    with (
+        _quiet(_QUIET_LOGGERS),
+        find_postgres(database_url, env="OUTBOX_DEMO_DATABASE_URL") as server,
+    ):
+        schema.apply(server.dsn)
+        sink = SmtpSink(tls="starttls")
+        sink.handler = FlakySinkHandler()
+        with sink:
+            out.write(
+                f"leased-outbox demo: {rows} e-mails on lane {lane}\n"
+                f"  PostgreSQL: {_SOURCES.get(server.source, server.source)}\n"
+                f"  SMTP sink: 127.0.0.1:{sink.port}, STARTTLS with a throwaway CA\n"
+                f"  workers: {WORKERS} x batch {BATCH_SIZE}, backoff"
+                f" {', '.join(f'{d.total_seconds():g}s' for d in DEMO_BACKOFF.delays)}\n"
+            )
+            out.flush()
+            report = asyncio.run(
+                _drive(server.dsn, sink, lane=lane, canary=canary, rows=rows, err=err)
+            )
+    out.write(report.table() + "\n")
+    broken = report.broken()
+    if broken:
+        out.write("INVARIANTS BROKEN:\n" + "".join(f"  - {reason}\n" for reason in broken))
+    else:
+        out.write("invariants hold: no duplicate, no secret left in a sent row, no plaintext\n")
+    out.flush()
+    return report
+
+
+@contextlib.contextmanager
+def _quiet(names: Sequence[str]) -> Iterator[None]:
+    """Silence third-party noise for the demo's run (loggers, and platformdirs' warning)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            # pgserver asks platformdirs for a runtime dir, which most containers don't have.
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+async def _drive(  # noqa: PLR0913 - keyword-only, one argument per part of the run
+    dsn: str, sink: SmtpSink, *, lane: str, canary: str, rows: int, err: TextIO
+) -> DemoReport:
+    await _enqueue(dsn, lane=lane, canary=canary, recipients=demo_recipients(rows))
+    store = await PostgresStore.open(dsn, max_size=2 * WORKERS + 1)
+    try:
+        workers = [
+            Worker(store, _handler(sink), _lane_config(lane), holder=f"demo-worker-{n}")
+            for n in range(WORKERS)
+        ]
+        started = time.monotonic()
+        tasks = [asyncio.create_task(worker.run()) for worker in workers]
+        try:
+            finished = await _watch(dsn, lane, rows, err, give_up_after=60.0 + rows / 10)
+        finally:
+            for worker in workers:
+                worker.request_stop()
+            await asyncio.gather(*tasks)
+        elapsed = time.monotonic() - started
+    finally:
+        await store.close()
+    return await _report(
+        dsn, sink, lane=lane, canary=canary, rows=rows, elapsed=elapsed, finished=finished
+    )
+
+
+async def _enqueue(
+    dsn: str, *, lane: str, canary: str, recipients: list[tuple[Recipient, str]]
+) -> None:
+    """Write the rows as a host would: in its own transactions, a few of them."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        for start in range(0, len(recipients), ROWS_PER_TRANSACTION):
+            async with conn.transaction():
+                for number, (_, address) in enumerate(
+                    recipients[start : start + ROWS_PER_TRANSACTION], start=start
+                ):
+                    message = email_message(
+                        to=address,
+                        subject="Reset your password, $name",
+                        text="Hello $name,\n\nchoose a new password here: $password_reset_url\n",
+                        fields={
+                            "name": f"demo user {number}",
+                            "password_reset_url": f"https://demo.example/reset/{canary}/{number}",
+                        },
+                        idempotency_key=f"{lane}/{number}",
+                        lane=lane,
+                    )
+                    await enqueue_async(conn, message)
+
+
+def _lane_config(lane: str) -> LaneConfig:
+    return LaneConfig(
+        lane=lane,
+        timing=EmailTiming.with_overrides(batch_size=BATCH_SIZE),
+        backoff=DEMO_BACKOFF,
+        poll_interval=POLL_INTERVAL,
+    )
+
+
+def _handler(sink: SmtpSink) -> EmailHandler:
+    settings = SmtpSettings.from_url(
+        f"smtp://{sink.host}:{sink.port}",
+        tls="starttls",
+        sender=DEMO_SENDER,
+        environment=DEMO_ENVIRONMENT,
+    )
+    # Trust the sink's throwaway CA, and nothing else.
+    settings = attrs.evolve(settings, tls_context=sink.client_context())
+    return EmailHandler(SmtpMailer(settings), sender=DEMO_SENDER, clock=SystemClock())
+
+
+async def _watch(dsn: str, lane: str, total: int, err: TextIO, *, give_up_after: float) -> bool:
+    """Draw the progress bar until no row of the lane is pending; False after ``give_up_after`` s."""
+    deadline = time.monotonic() + give_up_after
+    shown = ""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        try:
+            while True:
+                cur = await conn.execute(STATUS_COUNTS, {"lane": lane})
+                counts: dict[str, int] = dict(await cur.fetchall())
+                pending = int(counts.get("pending", 0))
+                bar = _progress(total - pending, total)
+                if bar != shown:
+                    err.write(bar)
+                    err.flush()
+                    shown = bar
+                if pending == 0:
+                    return True
+                if time.monotonic() > deadline:
+                    return False
+                await asyncio.sleep(POLL_INTERVAL)
+        finally:
+            err.write("\n")
+            err.flush()
+
+
+def _progress(done: int, total: int) -> str:
+    filled = PROGRESS_WIDTH * done // max(total, 1)
+    return f"\r[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {done}/{total}"
+
+
+async def _report(  # noqa: PLR0913 - keyword-only, one argument per figure's source
+    dsn: str, sink: SmtpSink, *, lane: str, canary: str, rows: int, elapsed: float, finished: bool
+) -> DemoReport:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(OUTCOMES_BY_KIND, {"lane": lane, "canary": canary})
+        names = [column.name for column in cur.description or ()]
+        by_kind = {}
+        for record in await cur.fetchall():
+            values = dict(zip(names, record, strict=True))
+            kind = Recipient(values.pop("kind"))
+            by_kind[kind] = KindOutcome(**{key: int(value) for key, value in values.items()})
+    received = sink.received
+    headers = BytesHeaderParser(policy=default_policy)
+    message_ids = {str(headers.parsebytes(mail.data)["Message-ID"]) for mail in received}
+    return DemoReport(
+        enqueued=rows,
+        by_kind=by_kind,
+        received=len(received),
+        distinct_message_ids=len(message_ids),
+        links_delivered=sum(_carries(mail.data, canary) for mail in received),
+        plaintext_commands=sum(sink.handler.plaintext_commands.values()),
+        elapsed=elapsed,
+        finished=finished,
+    )
+
+
+def _carries(data: bytes, canary: str) -> bool:
+    """The decoded text body holds the reset link (the body is quoted-printable on the wire)."""
+    message: Any = message_from_bytes(data, policy=default_policy)
+    body = message.get_body(preferencelist=("plain",))
+    return body is not None and canary in body.get_content()
