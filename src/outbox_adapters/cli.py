@@ -43,13 +43,16 @@ from outbox_adapters.worker import LaneConfig, Worker, WorkerStats
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.mail import validate_address
+from outbox_core.messages import JSONObject
 from outbox_core.payload import RESERVED_KEYS
-from outbox_core.ports import RequeueRequest, RequeueResult
+from outbox_core.ports import Encryptor, RequeueRequest, RequeueResult
+from outbox_core.sealing import reseal
 from outbox_core.timing import EmailTiming
 
 if TYPE_CHECKING:
     # The smtp and demo extras are imported when a command needs them, so `outbox schema sql`
     # works with the postgres and cli extras alone.
+    from outbox_adapters.postgres.store import PayloadRewrites
     from outbox_adapters.smtp import SmtpSettings
 
 __all__ = ["main"]
@@ -156,6 +159,61 @@ async def _pool(dsn: str, *, max_size: int = 2) -> AsyncIterator[AsyncConnection
         yield pool
     finally:
         await pool.close()
+
+
+_KEYS_OPTION = "--encryption-keys (OUTBOX_ENCRYPTION_KEYS) / --encryption-keys-file"
+
+
+def encryption_keys(*, required: bool = False) -> Callable[[F], F]:
+    """``--encryption-keys`` and ``--encryption-keys-file``: the sealed-field keys (B1)."""
+
+    def decorate(command: F) -> F:
+        command = option(
+            "--encryption-keys-file",
+            env="OUTBOX_ENCRYPTION_KEYS_FILE",
+            type=click.Path(exists=True, dir_okay=False),
+            help="File holding the key list (kid:base64key, one per line or comma-separated).",
+        )(command)
+        return option(
+            "--encryption-keys",
+            env="OUTBOX_ENCRYPTION_KEYS",
+            metavar="KID:BASE64KEY,...",
+            help="Keys for sealed payload fields; the first one seals, all open."
+            " Prefer the environment variable or the file: a command line is visible to others."
+            + (" Required (or the file)." if required else ""),
+        )(command)
+
+    return decorate
+
+
+def _encryptor(keys: str | None, keys_file: str | None) -> Encryptor | None:
+    """The encryptor the options describe; ``None`` when neither is given."""
+    if keys is None and keys_file is None:
+        return None
+    if keys is not None and keys_file is not None:
+        raise SettingError(f"{_KEYS_OPTION}: give the key list once, not both")
+    try:
+        from outbox_adapters.crypto import AesGcmEncryptor  # noqa: PLC0415 - the crypto extra
+    except ImportError:
+        raise Failure(
+            "sealed fields need the crypto extra: pip install 'leased-outbox[crypto]'"
+        ) from None
+    try:
+        if keys_file is not None:
+            return AesGcmEncryptor.from_file(keys_file)
+        return AesGcmEncryptor.from_key_list(keys or "", source="the key list")
+    except ConfigurationError as exc:
+        # The messages name key ids and positions, never key material.
+        raise SettingError(f"{_KEYS_OPTION}: {exc}") from None
+
+
+def _describe_keys(encryptor: Encryptor | None) -> str:
+    if encryptor is None:
+        return "sealed fields: off (no encryption keys)"
+    others = sorted(encryptor.key_ids - {encryptor.active_key_id})
+    return f"sealed fields: key {encryptor.active_key_id!r} seals" + (
+        f", also opening {', '.join(map(repr, others))}" if others else ""
+    )
 
 
 # --- the group ------------------------------------------------------------------------------------
@@ -271,6 +329,7 @@ def _fields(pairs: Sequence[str]) -> dict[str, str]:
     help="A second enqueue with the same key writes nothing.",
 )
 @lane_option(EMAIL_LANE, "Lane to write to.")
+@encryption_keys()
 def enqueue_email(  # noqa: PLR0913, PLR0917 - one parameter per option
     database_url: str,
     to: tuple[str, ...],
@@ -280,8 +339,11 @@ def enqueue_email(  # noqa: PLR0913, PLR0917 - one parameter per option
     fields: tuple[str, ...],
     idempotency_key: str | None,
     lane: str,
+    encryption_keys: str | None,
+    encryption_keys_file: str | None,
 ) -> None:
-    """Enqueue one e-mail; prints its row id."""
+    """Enqueue one e-mail; prints its row id. With encryption keys, secret fields are sealed."""
+    encryptor = _encryptor(encryption_keys, encryption_keys_file)
     try:
         message = email_message(
             to=list(to),
@@ -291,6 +353,7 @@ def enqueue_email(  # noqa: PLR0913, PLR0917 - one parameter per option
             fields=_fields(fields),
             idempotency_key=idempotency_key,
             lane=lane,
+            encryptor=encryptor,
         )
     except InvalidMessage as exc:
         raise SettingError(f"the message was refused, nothing was written: {exc}") from None
@@ -321,6 +384,7 @@ class WorkerOptions:
     poll_interval: float
     drain: bool
     leader: bool
+    encryptor: Encryptor | None = None
 
 
 def _budgets(pairs: Sequence[str]) -> dict[str, float]:
@@ -460,6 +524,7 @@ def _smtp_settings(  # noqa: PLR0913 - one parameter per option
     show_default=True,
     help="Hold the lane's leader lease (one worker per lane across replicas).",
 )
+@encryption_keys()
 def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     database_url: str,
     smtp_url: str,
@@ -476,6 +541,8 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     budgets: tuple[str, ...],
     lane: str,
     leader: bool,  # noqa: FBT001
+    encryption_keys: str | None,
+    encryption_keys_file: str | None,
 ) -> None:
     """Claim, send and mark e-mail rows until SIGTERM/SIGINT (or, with --drain, until none is due)."""
     options = WorkerOptions(
@@ -487,6 +554,7 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         poll_interval=poll_interval,
         drain=drain,
         leader=leader,
+        encryptor=_encryptor(encryption_keys, encryption_keys_file),
     )
     smtp = _smtp_settings(
         smtp_url,
@@ -498,6 +566,7 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     )
     click.echo(f"timing: {options.timing.describe()}")
     click.echo(smtp.describe())
+    click.echo(_describe_keys(options.encryptor))
     with _database_errors():
         problems = schema.verify(database_url)
     if problems:
@@ -510,13 +579,14 @@ async def _work(options: WorkerOptions, smtp: SmtpSettings) -> WorkerStats:
     from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415 - the smtp extra, checked above
 
     # One claim, one mark and the leader lease at a time: marks are awaited row by row.
-    async with _pool(options.database_url, max_size=4) as pool:
+    async with _pool(options.database_url, max_size=4) as pool, SmtpMailer(smtp) as mailer:
         clock = SystemClock()
         handler = EmailHandler(
-            SmtpMailer(smtp),
+            mailer,
             sender=options.sender,
             sender_name=options.sender_name,
             clock=clock,
+            encryptor=options.encryptor,
         )
         config = LaneConfig(
             lane=options.lane, timing=options.timing, poll_interval=options.poll_interval
@@ -740,6 +810,88 @@ def stats_command(database_url: str) -> None:
         click.echo(
             f"{lane:<{width}}" + "".join(f"  {by_status.get(status, 0):>10}" for status in Status)
         )
+
+
+# --- keys -----------------------------------------------------------------------------------------
+
+
+@main.group("keys")
+def keys_group() -> None:
+    """Keys of sealed payload fields: generate one, re-seal unsent rows under the active key."""
+
+
+@keys_group.command("generate")
+@click.argument("kid")
+def keys_generate(kid: str) -> None:
+    """Print a new kid:base64key entry (256 random bits) to put FIRST in the key list."""
+    try:
+        from outbox_adapters.crypto import format_key_entry, generate_key  # noqa: PLC0415
+    except ImportError:
+        raise Failure("keys need the crypto extra: pip install 'leased-outbox[crypto]'") from None
+    try:
+        click.echo(format_key_entry(kid, generate_key()))
+    except ConfigurationError as exc:
+        raise SettingError(f"KID: {exc}") from None
+
+
+@keys_group.command("rotate")
+@database_url()
+@encryption_keys(required=True)
+@lane_option(None, "Only rows of this lane.")
+@option(
+    "--batch-size",
+    env="OUTBOX_ROTATE_BATCH_SIZE",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="Rows per transaction.",
+)
+def keys_rotate(
+    database_url: str,
+    encryption_keys: str | None,
+    encryption_keys_file: str | None,
+    lane: str | None,
+    batch_size: int,
+) -> None:
+    """Re-seal the sealed fields of pending and failed rows under the active (first) key.
+
+    Each batch is one transaction, and each row is written only if its payload is still the one
+    read (a row a worker marks meanwhile is left alone). Afterwards no unsent row needs the other
+    keys: drop them from every worker's key list. Exit 1 if a row could not be opened.
+    """
+    encryptor = _encryptor(encryption_keys, encryption_keys_file)
+    if encryptor is None:
+        raise SettingError(f"{_KEYS_OPTION}: give the key list (the first key is the new one)")
+    unreadable: dict[int, str] = {}
+
+    def rewrite(row_id: int, row_lane: str, payload: JSONObject) -> dict[str, Any] | None:
+        try:
+            return reseal(payload, lane=row_lane, encryptor=encryptor)
+        except InvalidMessage as exc:
+            unreadable[row_id] = str(exc)  # names the field and the key id, never a value
+            return None
+
+    async def rotate() -> PayloadRewrites:
+        async with _pool(database_url) as pool:
+            return await PostgresStore(pool).rewrite_payloads(
+                rewrite, lane=lane, batch_size=batch_size
+            )
+
+    report = _run(rotate())
+    click.echo(
+        f"re-sealed {len(report.rewritten)} row(s) under key {encryptor.active_key_id!r}"
+        f" ({report.examined} unsent row(s) read in {report.batches} batch(es) of at most"
+        f" {batch_size})"
+    )
+    if report.changed:
+        click.echo(
+            f"{len(report.changed)} row(s) changed while being re-sealed (a worker marked them),"
+            " left as they were; run again to pick up any still unsent"
+        )
+    for row_id, reason in sorted(unreadable.items()):
+        click.echo(f"cannot re-seal row {row_id}: {reason}")
+    if unreadable:
+        raise Failure(f"{len(unreadable)} row(s) could not be re-sealed (see above)")
 
 
 # --- demo -----------------------------------------------------------------------------------------

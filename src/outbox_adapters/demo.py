@@ -305,9 +305,12 @@ async def _drive(  # noqa: PLR0913 - keyword-only, one argument per part of the 
 ) -> DemoReport:
     await _enqueue(dsn, lane=lane, canary=canary, recipients=demo_recipients(rows))
     store = await PostgresStore.open(dsn, max_size=2 * WORKERS + 1)
+    # One mailer: its pool of STARTTLS sessions serves every worker.
+    mailer = SmtpMailer(_smtp_settings(sink))
+    handler = EmailHandler(mailer, sender=DEMO_SENDER, clock=SystemClock())
     try:
         workers = [
-            Worker(store, _handler(sink), _lane_config(lane), holder=f"demo-worker-{n}")
+            Worker(store, handler, _lane_config(lane), holder=f"demo-worker-{n}")
             for n in range(WORKERS)
         ]
         started = time.monotonic()
@@ -320,6 +323,7 @@ async def _drive(  # noqa: PLR0913 - keyword-only, one argument per part of the 
             await asyncio.gather(*tasks)
         elapsed = time.monotonic() - started
     finally:
+        await mailer.aclose()
         await store.close()
     return await _report(
         dsn, sink, lane=lane, canary=canary, rows=rows, elapsed=elapsed, finished=finished
@@ -359,7 +363,7 @@ def _lane_config(lane: str) -> LaneConfig:
     )
 
 
-def _handler(sink: SmtpSink) -> EmailHandler:
+def _smtp_settings(sink: SmtpSink) -> SmtpSettings:
     settings = SmtpSettings.from_url(
         f"smtp://{sink.host}:{sink.port}",
         tls="starttls",
@@ -367,8 +371,7 @@ def _handler(sink: SmtpSink) -> EmailHandler:
         environment=DEMO_ENVIRONMENT,
     )
     # Trust the sink's throwaway CA, and nothing else.
-    settings = attrs.evolve(settings, tls_context=sink.client_context())
-    return EmailHandler(SmtpMailer(settings), sender=DEMO_SENDER, clock=SystemClock())
+    return attrs.evolve(settings, tls_context=sink.client_context())
 
 
 async def _watch(dsn: str, lane: str, total: int, err: TextIO, *, give_up_after: float) -> bool:

@@ -1,20 +1,39 @@
-"""The SMTP mailer (catalogue A3), on aiosmtplib.
+"""The SMTP mailer (catalogue A3), on aiosmtplib, reusing a few established sessions.
 
 One delivery path serves every TLS mode (``starttls``, ``tls``, ``none``)::
 
-    dial (≤ dial budget, 10 s)   TCP connect; implicit TLS handshake in mode ``tls``
-    exchange (≤ min(30 s, time left in the row budget)):
-        EHLO → plan_starttls → [STARTTLS → EHLO] → plan_auth → [AUTH] → MAIL → RCPT… → DATA
+    wait for a session slot (≤ min(30 s, time left))   at most ``max_sessions`` sends own a session
+    take an idle session — or open one:
+        dial (≤ min(10 s, time left))     TCP connect; implicit TLS handshake in mode ``tls``
+        EHLO → plan_starttls → [STARTTLS → EHLO] → plan_auth → [AUTH]   ┐ exchange, ≤ min(30 s,
+    one transaction: MAIL → RCPT… → DATA                                ┘ time left after the dial)
+    give the session back to the idle pool — or QUIT it, or close it
 
 The decisions (upgrade or refuse, authenticate or refuse) are made by the pure policy in
 ``outbox_core.tls``; this module only carries them out. In ``starttls`` mode a server that does not
 advertise STARTTLS is refused before a single MAIL, RCPT, DATA or AUTH command is sent — aiosmtplib's
 own ``start_tls=None`` default would upgrade only *if* offered, which a man in the middle can strip.
+A session enters the pool only after all of that succeeded, and is checked again (still connected,
+TLS still on unless the mode is ``none``) every time it is taken.
+
+Session rules (ADR 0007). One send owns a session at a time: aiosmtplib sessions are never shared.
+
+- Back to the pool: after a delivered message, and after a clean 4xx/5xx reply to MAIL or RCPT
+  followed by a successful RSET. Anything else mid-exchange (disconnect, timeout, TLS error, a 421,
+  an unexpected reply, a refused DATA, cancellation) closes the session; it is never reused.
+- Retired with QUIT (in the background, off the send's critical path) once it is older than
+  ``session_max_age`` or has carried ``messages_per_session`` transactions.
+- A reused session that is found dead on its first command (MAIL: the server closed it while it
+  sat idle, so a disconnect or a 421) is replaced by a fresh session ONCE, inside the same budget:
+  nothing of the message was sent, so this cannot duplicate. After MAIL succeeded, never.
+- :meth:`SmtpMailer.aclose` QUITs the idle sessions. If the event loop ends without it, a keeper
+  task (cancelled with the loop) closes them, so no socket outlives its loop.
 
 Every third-party exception is translated in ONE place (:func:`_mapped`), by the stage the exchange
 had reached, into an ``Outcome``: a reply code goes through ``classify_smtp_reply`` (4xx transient,
 5xx permanent), a lost connection through ``classify_smtp_failure`` (transient; "may be delivered"
-once the whole message was sent). The mailer never retries and never raises for a delivery problem.
+once the whole message was sent). Apart from the one stale-session replacement above, the mailer
+never retries, and it never raises for a delivery problem.
 
 Certificates are verified against the system trust store (so ``SSL_CERT_FILE`` works as usual) or a
 CA file the operator names; the hostname is checked.
@@ -26,8 +45,9 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Self
 from urllib.parse import unquote, urlsplit
 
 import aiosmtplib
@@ -47,12 +67,19 @@ from outbox_core.tls import (
     plan_starttls,
 )
 
-__all__ = ["SmtpMailer", "SmtpSettings"]
+__all__ = ["MailerStats", "SmtpMailer", "SmtpSettings"]
 
 _log = logging.getLogger(__name__)
 
 DEFAULT_DIAL = timedelta(seconds=10)
 DEFAULT_EXCHANGE_CAP = timedelta(seconds=30)
+DEFAULT_MAX_SESSIONS = 4
+DEFAULT_SESSION_MAX_AGE = timedelta(seconds=60)
+DEFAULT_MESSAGES_PER_SESSION = 100
+#: More sessions than this to one relay is a misconfiguration (relays limit connections per client).
+MAX_SESSIONS_LIMIT = 64
+#: How long a courtesy QUIT or RSET may take; its reply can't change an outcome.
+_COURTESY = 1.0
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[timedelta], value: timedelta) -> None:
@@ -68,6 +95,21 @@ def _port(_inst: object, _attribute: object, value: int) -> None:
 def _host(_inst: object, _attribute: object, value: str) -> None:
     if not value or any(c.isspace() for c in value):
         raise ConfigurationError(f"SMTP host must be a host name or address, got {value!r}")
+
+
+def _whole_number(
+    low: int, high: int | None = None
+) -> Callable[[object, attrs.Attribute[int], int], None]:
+    def check(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+        # bool is an int subclass; True sessions is a mistake, not 1.
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if not ok or value < low or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            raise ConfigurationError(
+                f"SMTP {attribute.name} must be a whole number {bounds}, got {value!r}"
+            )
+
+    return check
 
 
 @attrs.frozen
@@ -90,6 +132,16 @@ class SmtpSettings:
     tls_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
     #: The name we give in EHLO (``None``: aiosmtplib's default, the local FQDN).
     local_hostname: str | None = None
+    #: Most sessions open to the relay at once (each carries one message at a time).
+    max_sessions: int = attrs.field(
+        default=DEFAULT_MAX_SESSIONS, validator=_whole_number(1, MAX_SESSIONS_LIMIT)
+    )
+    #: A session this old is QUIT instead of carrying another message.
+    session_max_age: timedelta = attrs.field(default=DEFAULT_SESSION_MAX_AGE, validator=_positive)
+    #: A session that carried this many transactions is QUIT and replaced.
+    messages_per_session: int = attrs.field(
+        default=DEFAULT_MESSAGES_PER_SESSION, validator=_whole_number(1)
+    )
 
     def __attrs_post_init__(self) -> None:
         # The policy's sender check is deliberately minimal; here it must be a real addr-spec.
@@ -144,7 +196,29 @@ class SmtpSettings:
 
     def describe(self) -> str:
         """One line for the boot log (never the password)."""
-        return f"{describe(self.policy)}; relay {self.host}:{self.port}"
+        return (
+            f"{describe(self.policy)}; relay {self.host}:{self.port}, "
+            f"up to {self.max_sessions} reused session(s)"
+        )
+
+
+@attrs.define
+class MailerStats:
+    """What the session pool did, for tests, benchmarks and the curious operator."""
+
+    #: TCP connections that reached the server's greeting.
+    connections_opened: int = 0
+    #: Sends that ran on a session an earlier send had established.
+    sessions_reused: int = 0
+    #: Sessions QUIT for age, message count or shutdown.
+    sessions_retired: int = 0
+    #: Sessions closed because something went wrong (never reused).
+    sessions_discarded: int = 0
+    #: Reused sessions found dead on MAIL and replaced by a fresh one (nothing had been sent).
+    stale_replaced: int = 0
+
+
+# --- the one exception-mapping place ------------------------------------------------------------
 
 
 class _Progress:
@@ -152,6 +226,8 @@ class _Progress:
 
     def __init__(self) -> None:
         self.stage = SmtpStage.CONNECT
+        #: Set while waiting for a session slot, so a timeout there says so.
+        self.waiting = False
 
 
 @contextlib.contextmanager
@@ -168,43 +244,154 @@ def _mapped(progress: _Progress, result: list[Outcome]) -> Iterator[None]:
         else:
             result.append(classify_smtp_reply(exc.code, exc.message))
     except (TimeoutError, aiosmtplib.SMTPTimeoutError):
-        result.append(classify_smtp_failure(progress.stage, "timed out"))
+        what = "timed out waiting for a free session" if progress.waiting else "timed out"
+        result.append(classify_smtp_failure(progress.stage, what))
     except ssl.SSLError as exc:
         result.append(classify_smtp_failure(SmtpStage.TLS, f"TLS failed: {exc.reason or exc}"))
     except (aiosmtplib.SMTPException, OSError) as exc:
         result.append(classify_smtp_failure(progress.stage, f"{type(exc).__name__}: {exc}"))
 
 
+class _StaleSession(Exception):
+    """A reused session was dead on MAIL: replace it once. Never leaves :meth:`SmtpMailer._deliver`."""
+
+
+# --- sessions and the pool ----------------------------------------------------------------------
+
+
 def _tls_active(client: aiosmtplib.SMTP) -> bool:
     return client.is_connected and client.get_transport_info("ssl_object") is not None
 
 
+class _Session:
+    """One established session: connected, EHLO'd, TLS per the policy, authenticated."""
+
+    __slots__ = ("client", "expires_at", "transactions")
+
+    def __init__(self, client: aiosmtplib.SMTP, expires_at: float) -> None:
+        self.client = client
+        self.expires_at = expires_at
+        self.transactions = 0
+
+
+class _Pool:
+    """The sessions of one event loop: a slot per owned session, the idle ones, their keeper."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_sessions: int) -> None:
+        self.loop = loop
+        self.slots = asyncio.Semaphore(max_sessions)
+        #: Most recently returned last: sends take from the end, so spare sessions age out.
+        self.idle: list[_Session] = []
+        self.changed = asyncio.Event()
+        self.keeper: asyncio.Task[None] | None = None
+        self.quitting: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+
 class SmtpMailer:
-    """:class:`outbox_core.ports.Mailer` over one SMTP relay. Opens a connection per message."""
+    """:class:`outbox_core.ports.Mailer` over one SMTP relay, reusing up to ``max_sessions``.
+
+    Safe for concurrent sends on one event loop. Call :meth:`aclose` (or use ``async with``) when
+    done; a mailer moved to another event loop starts a fresh pool there.
+    """
 
     def __init__(self, settings: SmtpSettings) -> None:
         self.settings = settings
+        self.stats = MailerStats()
+        self._pool: _Pool | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
 
     async def send(self, mail: OutgoingMail, *, budget: timedelta) -> Outcome:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget.total_seconds()
+        pool = self._pool_for(loop)
         progress = _Progress()
         result: list[Outcome] = []
-        client = self._client()
-        try:
-            with _mapped(progress, result):
-                dial = min(self.settings.dial.total_seconds(), budget.total_seconds())
-                async with asyncio.timeout(dial):
-                    await client.connect()
-                exchange = min(self.settings.exchange_cap.total_seconds(), deadline - loop.time())
-                async with asyncio.timeout(max(exchange, 0.0)):
-                    outcome = await self._exchange(client, mail, progress)
-                result.append(outcome)
-            if result[0].kind is OutcomeKind.SENT:
-                await _quit_politely(client)
-        finally:
-            await _close(client)
+        with _mapped(progress, result):
+            result.append(await self._deliver(pool, mail, deadline, progress))
         return result[0]
+
+    async def aclose(self) -> None:
+        """QUIT the idle sessions; sessions still carrying a message are QUIT when it is done."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        pool.closed = True
+        idle, pool.idle = pool.idle, []
+        if pool.loop is not asyncio.get_running_loop():
+            _close_all(idle)  # sessions of another (probably finished) loop: nothing to await
+            return
+        if pool.keeper is not None:
+            pool.keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pool.keeper
+        for session in idle:
+            self._retire(pool, session)
+        await asyncio.gather(*pool.quitting, return_exceptions=True)
+
+    # --- one send -------------------------------------------------------------------------------
+
+    def _window(self, cap: timedelta, deadline: float) -> float:
+        """The absolute end of a step: ``cap`` from now, but never past the row's deadline."""
+        now = asyncio.get_running_loop().time()
+        return now + max(0.0, min(cap.total_seconds(), deadline - now))
+
+    async def _deliver(
+        self, pool: _Pool, mail: OutgoingMail, deadline: float, progress: _Progress
+    ) -> Outcome:
+        # Waiting for a session spends the row's budget like any other step.
+        progress.waiting = True
+        async with asyncio.timeout_at(self._window(self.settings.exchange_cap, deadline)):
+            await pool.slots.acquire()
+        progress.waiting = False
+        try:
+            session = self._take_idle(pool)
+            if session is not None:
+                exchange_end = self._window(self.settings.exchange_cap, deadline)
+                try:
+                    return await self._transact(
+                        pool, session, mail, progress, exchange_end=exchange_end, reused=True
+                    )
+                except _StaleSession:
+                    # Dead before MAIL was accepted: nothing was sent, one fresh session may try.
+                    self.stats.stale_replaced += 1
+            opened = await self._open(pool, deadline, progress)
+            if isinstance(opened, Outcome):
+                return opened
+            session, exchange_end = opened
+            return await self._transact(
+                pool, session, mail, progress, exchange_end=exchange_end, reused=False
+            )
+        finally:
+            pool.slots.release()
+
+    async def _open(
+        self, pool: _Pool, deadline: float, progress: _Progress
+    ) -> tuple[_Session, float] | Outcome:
+        """Dial and establish a new session, or say why the policy refused it."""
+        loop = asyncio.get_running_loop()
+        client = self._client()
+        progress.stage = SmtpStage.CONNECT
+        try:
+            async with asyncio.timeout_at(self._window(self.settings.dial, deadline)):
+                await client.connect()
+            self.stats.connections_opened += 1
+            exchange_end = self._window(self.settings.exchange_cap, deadline)
+            async with asyncio.timeout_at(exchange_end):
+                refusal = await self._establish(client, progress)
+        except BaseException:
+            client.close()
+            raise
+        if refusal is not None:
+            _quit_later(pool, client)  # QUIT in plaintext is harmless; the refusal is the outcome
+            return refusal
+        expires_at = loop.time() + self.settings.session_max_age.total_seconds()
+        return _Session(client, expires_at), exchange_end
 
     def _client(self) -> aiosmtplib.SMTP:
         settings = self.settings
@@ -219,9 +406,8 @@ class SmtpMailer:
             timeout=None,  # our asyncio deadlines bound every step
         )
 
-    async def _exchange(
-        self, client: aiosmtplib.SMTP, mail: OutgoingMail, progress: _Progress
-    ) -> Outcome:
+    async def _establish(self, client: aiosmtplib.SMTP, progress: _Progress) -> Outcome | None:
+        """EHLO, TLS and AUTH as the policy plans them; an Outcome if the policy refuses."""
         policy = self.settings.policy
         progress.stage = SmtpStage.EHLO
         await client.ehlo()
@@ -251,8 +437,48 @@ class SmtpMailer:
                 await client.auth_plain(user, password)
             else:
                 await client.auth_login(user, password)
+        return None
+
+    async def _transact(  # noqa: PLR0913 - keyword-only; all of them describe this one transaction
+        self,
+        pool: _Pool,
+        session: _Session,
+        mail: OutgoingMail,
+        progress: _Progress,
+        *,
+        exchange_end: float,
+        reused: bool,
+    ) -> Outcome:
+        """One MAIL…DATA on an owned session, then give it back or close it."""
+        try:
+            async with asyncio.timeout_at(exchange_end):
+                outcome = await self._transaction(session.client, mail, progress, reused=reused)
+        except BaseException:
+            # Mid-exchange failure (or cancellation): the session's state is unknown. Never reuse.
+            session.client.close()
+            self.stats.sessions_discarded += 1
+            raise
+        session.transactions += 1
+        self._give_back(pool, session)
+        return outcome
+
+    async def _transaction(
+        self, client: aiosmtplib.SMTP, mail: OutgoingMail, progress: _Progress, *, reused: bool
+    ) -> Outcome:
         progress.stage = SmtpStage.MAIL_FROM
-        await client.mail(mail.envelope_from)
+        try:
+            reply = await client.execute_command(
+                b"MAIL", f"FROM:<{mail.envelope_from}>".encode("ascii")
+            )
+        except aiosmtplib.SMTPServerDisconnected:
+            if reused:  # closed by the server while idle; the message never left
+                raise _StaleSession from None
+            raise
+        if reply.code == 421 and reused:  # "closing transmission channel": same, said politely
+            raise _StaleSession
+        if not 200 <= reply.code < 300:
+            await _reset(client)
+            return classify_smtp_reply(reply.code, reply.message)
         progress.stage = SmtpStage.RCPT_TO
         refused: list[Outcome] = []
         for recipient in mail.recipients:
@@ -261,8 +487,7 @@ class SmtpMailer:
                 refused.append(classify_smtp_reply(reply.code, reply.message))
         if len(refused) == len(mail.recipients):
             # Nobody will receive it: the first refusal decides (5xx permanent, 4xx transient).
-            with contextlib.suppress(aiosmtplib.SMTPException):
-                await client.rset()
+            await _reset(client)
             return _worst(refused)
         if refused:
             _log.warning(
@@ -275,6 +500,85 @@ class SmtpMailer:
         await client.data(mail.data)
         return Outcome.sent()
 
+    # --- the pool -------------------------------------------------------------------------------
+
+    def _pool_for(self, loop: asyncio.AbstractEventLoop) -> _Pool:
+        pool = self._pool
+        if pool is not None and pool.loop is not loop:
+            # Sessions belong to the loop that opened them; that loop's keeper closed them when
+            # it ended, so what is left is dead weight (closing it is best effort).
+            _close_all(pool.idle)
+            pool = None
+        if pool is None:
+            pool = self._pool = _Pool(loop, self.settings.max_sessions)
+        return pool
+
+    def _usable(self, session: _Session) -> bool:
+        """Still connected, and still under TLS unless the operator chose plaintext."""
+        client = session.client
+        if not client.is_connected:
+            return False
+        return self.settings.policy.mode is SmtpTlsMode.NONE or _tls_active(client)
+
+    def _take_idle(self, pool: _Pool) -> _Session | None:
+        now = pool.loop.time()
+        while pool.idle:
+            session = pool.idle.pop()
+            if not self._usable(session):
+                session.client.close()
+                self.stats.sessions_discarded += 1
+            elif now >= session.expires_at:
+                self._retire(pool, session)
+            else:
+                self.stats.sessions_reused += 1
+                return session
+        return None
+
+    def _give_back(self, pool: _Pool, session: _Session) -> None:
+        if not self._usable(session):  # e.g. a 421 made aiosmtplib close it
+            session.client.close()
+            self.stats.sessions_discarded += 1
+        elif (
+            pool.closed
+            or session.transactions >= self.settings.messages_per_session
+            or pool.loop.time() >= session.expires_at
+        ):
+            self._retire(pool, session)
+        else:
+            pool.idle.append(session)
+            pool.changed.set()
+            if pool.keeper is None:
+                pool.keeper = pool.loop.create_task(self._keep(pool), name="smtp-session-keeper")
+
+    def _retire(self, pool: _Pool, session: _Session) -> None:
+        """QUIT ``session`` in the background: the send that retires it doesn't wait for it."""
+        self.stats.sessions_retired += 1
+        _quit_later(pool, session.client)
+
+    async def _keep(self, pool: _Pool) -> None:
+        """Retire idle sessions when they reach their age; close all of them when cancelled.
+
+        Cancelled by :meth:`aclose` or by the event loop shutting down (``asyncio.run`` cancels
+        every task first), so idle sockets never outlive the loop even without ``aclose``.
+        """
+        try:
+            while True:
+                pool.changed.clear()
+                now = pool.loop.time()
+                for session in [s for s in pool.idle if now >= s.expires_at]:
+                    pool.idle.remove(session)
+                    self._retire(pool, session)
+                wake = min((s.expires_at for s in pool.idle), default=None)
+                if wake is None:
+                    await pool.changed.wait()
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(wake):
+                        await pool.changed.wait()
+        finally:
+            _close_all(pool.idle)
+            pool.idle.clear()
+
 
 def _worst(outcomes: list[Outcome]) -> Outcome:
     """Any transient refusal means a retry could still reach that recipient."""
@@ -284,13 +588,44 @@ def _worst(outcomes: list[Outcome]) -> Outcome:
     return outcomes[0]
 
 
-async def _quit_politely(client: aiosmtplib.SMTP) -> None:
-    """QUIT after a delivered message; its fate can't change the outcome any more."""
+async def _reset(client: aiosmtplib.SMTP) -> None:
+    """RSET after a refused MAIL or RCPT; a session that won't reset cleanly is closed.
+
+    The refusal already decided the outcome, so a failing RSET only costs the session: the reply
+    (e.g. a permanent 550) must not turn into a connection failure.
+    """
+    clean = False
     with contextlib.suppress(aiosmtplib.SMTPException, OSError, TimeoutError):
-        async with asyncio.timeout(1.0):
-            await client.quit()
-
-
-async def _close(client: aiosmtplib.SMTP) -> None:
-    if client.is_connected:
+        async with asyncio.timeout(_COURTESY):
+            clean = (await client.execute_command(b"RSET")).code == 250
+    if not clean:
         client.close()
+
+
+async def _quit_politely(client: aiosmtplib.SMTP) -> None:
+    """QUIT and close; the reply can't change any outcome any more."""
+    try:
+        with contextlib.suppress(aiosmtplib.SMTPException, OSError, TimeoutError):
+            async with asyncio.timeout(_COURTESY):
+                await client.quit()
+    finally:
+        client.close()
+
+
+def _quit_later(pool: _Pool, client: aiosmtplib.SMTP) -> None:
+    task = pool.loop.create_task(_quit_politely(client))
+    pool.quitting.add(task)  # aclose awaits these; the loop's shutdown cancels them (and closes)
+    task.add_done_callback(pool.quitting.discard)
+
+
+def _close_all(sessions: list[_Session]) -> None:
+    """Drop ``sessions`` at once, without QUIT: the loop is ending or already gone."""
+    for session in sessions:
+        client = session.client
+        # abort, not close: a TLS close waits for the peer's close_notify, which a loop that is
+        # shutting down may never read, leaving the socket open. A session of a closed loop can't
+        # schedule anything any more (RuntimeError); it is gone either way.
+        with contextlib.suppress(RuntimeError):
+            if isinstance(client.transport, asyncio.Transport):
+                client.transport.abort()
+            client.close()

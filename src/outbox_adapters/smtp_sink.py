@@ -13,11 +13,13 @@ Needs the ``embedded`` extra (``aiosmtpd``, ``trustme``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import ssl
 import tempfile
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,7 +138,9 @@ class _Authenticator:
             and data.login == self._username
             and data.password == self._password
         )
-        return AuthResult(success=ok)
+        # handled=False: aiosmtpd then sends 535 itself; the default (True) means "the
+        # authenticator already replied", so a refused client would get no answer at all.
+        return AuthResult(success=ok, handled=False)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -144,6 +148,38 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+class _Controller(Controller):
+    """aiosmtpd's Controller, remembering its connections so ``stop()`` can hang them up.
+
+    ``Controller.stop()`` closes only the listening socket (Python 3.11's ``Server.close()``
+    leaves accepted connections alone), so a client that keeps its session open (the mailer's
+    pool does) would leave the server's socket open after its loop is gone: a ResourceWarning.
+    """
+
+    connections: weakref.WeakSet[SMTP]
+
+    def factory(self) -> SMTP:
+        server: SMTP = super().factory()  # type: ignore[no-untyped-call]
+        if not hasattr(self, "connections"):
+            self.connections = weakref.WeakSet()
+        self.connections.add(server)
+        return server
+
+    def stop(self, no_assert: bool = False) -> None:  # noqa: FBT001, FBT002 - aiosmtpd's signature
+        if self._thread is not None:
+            hung_up = threading.Event()
+
+            def hang_up() -> None:
+                for server in list(getattr(self, "connections", ())):
+                    if isinstance(server.transport, asyncio.Transport):
+                        server.transport.abort()  # connection_lost runs before the loop stops
+                hung_up.set()
+
+            self.loop.call_soon_threadsafe(hang_up)
+            hung_up.wait(5)
+        super().stop(no_assert=no_assert)
 
 
 class SmtpSink:
@@ -168,7 +204,7 @@ class SmtpSink:
         self._ca = trustme.CA()
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self.ca_file = Path()
-        self._controller: Controller | None = None
+        self._controller: _Controller | None = None
 
     def client_context(self) -> ssl.SSLContext:
         """An SSL context that trusts this sink's certificate authority (and nothing else)."""
@@ -196,7 +232,7 @@ class SmtpSink:
             # aiosmtpd only knows about TLS that STARTTLS set up; under implicit TLS the whole
             # connection is encrypted, so its "require TLS for AUTH" check must be off there.
             kwargs["auth_require_tls"] = self.tls != "tls"
-        self._controller = Controller(
+        self._controller = _Controller(
             self.handler, hostname=self.host, port=self.port, server_hostname="localhost", **kwargs
         )
         self._controller.start()

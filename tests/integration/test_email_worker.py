@@ -64,9 +64,19 @@ def sink() -> Iterator[SmtpSink]:
         yield running
 
 
+_OPEN_MAILERS: list[SmtpMailer] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_mailers() -> AsyncIterator[None]:
+    yield
+    while _OPEN_MAILERS:
+        await _OPEN_MAILERS.pop().aclose()  # QUIT the pooled sessions before the loop ends
+
+
 def mailer_for(sink: SmtpSink, **policy_kwargs: Any) -> SmtpMailer:
     policy_kwargs.setdefault("sender", SENDER)
-    return SmtpMailer(
+    mailer = SmtpMailer(
         SmtpSettings(
             host="127.0.0.1",
             port=sink.port,
@@ -74,6 +84,8 @@ def mailer_for(sink: SmtpSink, **policy_kwargs: Any) -> SmtpMailer:
             tls_context=sink.client_context(),
         )
     )
+    _OPEN_MAILERS.append(mailer)
+    return mailer
 
 
 def make_worker(store: PostgresStore, handler: Any, **config: Any) -> Worker:
