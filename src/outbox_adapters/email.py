@@ -7,6 +7,11 @@ mark that records the send can scrub them from the stored row.
 
 Enqueue helpers build a :class:`~outbox_core.messages.NewMessage` for the ``email`` lane and refuse a
 bad message where the caller can catch it (``InvalidPayload``, ``InvalidRecipient``, ...).
+
+With an :class:`~outbox_core.ports.Encryptor` (catalogue B1), :func:`email_message` seals the secret
+fields *after* checking the plaintext (templates resolve against it), and :class:`EmailHandler` opens
+them in memory just before rendering; a field it can't open fails the row at once, naming the field
+and the key id.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from outbox_core.errors import InvalidMessage
+from outbox_core.errors import InvalidMessage, InvalidPayload
 from outbox_core.mail import build_message
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
 from outbox_core.payload import EmailPayload, validate_payload
-from outbox_core.ports import Clock, Mailer
+from outbox_core.ports import Clock, Encryptor, Mailer
+from outbox_core.sealing import SealingRules, open_sealed
 
 __all__ = ["EMAIL_LANE", "EmailHandler", "email_message"]
 
@@ -40,12 +46,17 @@ def email_message(  # noqa: PLR0913 - keyword-only, one argument per message par
     idempotency_key: str | None = None,
     not_before: datetime | None = None,
     lane: str = EMAIL_LANE,
+    encryptor: Encryptor | None = None,
+    sealing: SealingRules = SealingRules(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> NewMessage:
     """A validated e-mail message to enqueue. Raises ``InvalidMessage`` subclasses on bad input.
 
     ``subject``, ``text`` and ``html`` are ``string.Template`` texts; ``$name`` placeholders are
     filled from ``fields`` at send time (e.g. ``password_reset_url``), so secret links can be
     scrubbed from the row once it is sent.
+
+    With ``encryptor``, the fields named by ``sealing`` (the default scrub keys) are stored sealed
+    under its active key, bound to ``lane`` and the field name.
     """
     payload: dict[str, Any] = {**(fields or {}), "to": to if isinstance(to, str) else list(to)}
     payload.update({"subject": subject, "text": text})
@@ -53,6 +64,10 @@ def email_message(  # noqa: PLR0913 - keyword-only, one argument per message par
     payload.update({key: value for key, value in optional.items() if value is not None})
     checked = validate_payload(payload)
     EmailPayload.from_payload(checked)  # every rule checked now, where the caller can catch it
+    if encryptor is not None:
+        # After the checks: templates must resolve against the plaintext fields. Validated again
+        # because the envelopes make the payload larger.
+        checked = validate_payload(sealing.seal(checked, lane=lane, encryptor=encryptor))
     return NewMessage(lane, checked, idempotency_key=idempotency_key, not_before=not_before)
 
 
@@ -68,6 +83,7 @@ class EmailHandler:
         sender_name: str | None = None,
         message_id_domain: str | None = None,
         suppressed: Callable[[str], bool] | None = None,
+        encryptor: Encryptor | None = None,
     ) -> None:
         self.mailer = mailer
         self.sender = sender
@@ -75,6 +91,7 @@ class EmailHandler:
         self.clock = clock
         self.domain = message_id_domain or sender.rpartition("@")[2]
         self.suppressed = suppressed
+        self.encryptor = encryptor
 
     def message_id(self, row: ClaimedRow) -> str:
         """Stable per row, so every attempt (and any duplicate) carries the same Message-ID."""
@@ -82,7 +99,12 @@ class EmailHandler:
 
     async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
         try:
-            payload = EmailPayload.from_payload(row.payload)
+            # Opened in memory only: the stored row keeps its sealed fields until the mark scrubs them.
+            opened = open_sealed(row.payload, lane=row.lane, encryptor=self.encryptor)
+        except InvalidPayload as exc:
+            return Outcome.permanent(str(exc))  # "cannot decrypt field 'x': key id 'k1' is ..."
+        try:
+            payload = EmailPayload.from_payload(opened)
             subject, text, html = payload.render()
             if self.suppressed is not None and all(self.suppressed(a) for a in payload.to):
                 return Outcome.skipped("every recipient is suppressed")

@@ -16,6 +16,7 @@ port                   satisfied by (``outbox_adapters``)
 :class:`Publisher`     ``nats.JetStreamPublisher``, ``kafka.KafkaPublisher``
 :class:`Consumer`      ``nats.JetStreamConsumer``, ``kafka.KafkaConsumer``
 :class:`Clock`         ``clock.SystemClock``, ``clock.FakeClock``
+:class:`Encryptor`     ``crypto.AesGcmEncryptor`` (sealed payload fields, catalogue B1)
 :class:`LeaderLease`   ``postgres.PostgresLeaderLease``, ``memory.MemoryLeaderLease``
 :class:`RowHandler`    the host's handler, or ``email.EmailHandler``
 =====================  ===================================================================
@@ -34,12 +35,14 @@ from outbox_core._validators import optional_aware, positive
 from outbox_core.mail import OutgoingMail
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, RowId
 from outbox_core.outcomes import Outcome
+from outbox_core.sealing import SealedValue
 
 __all__ = [
     "BrokerMessage",
     "ClaimRequest",
     "Clock",
     "Consumer",
+    "Encryptor",
     "EnqueueResult",
     "LeaderLease",
     "LeaderTerm",
@@ -179,6 +182,36 @@ class Clock(Protocol):
     def monotonic(self) -> float: ...
 
     async def sleep(self, seconds: float) -> None: ...
+
+
+class Encryptor(Protocol):
+    """Seals and opens payload field values (catalogue B1). The core owns the envelope format and
+    which fields are sealed (:mod:`outbox_core.sealing`); the adapter owns the cipher and the keys.
+
+    ``aad`` (associated data, :func:`outbox_core.sealing.field_aad`) binds a value to its field and
+    lane: opening it under another field's or lane's ``aad`` must fail. Implementations never log,
+    print or ``repr`` key material or plaintext.
+    """
+
+    @property
+    def active_key_id(self) -> str:
+        """The key id new values are sealed under."""
+        ...
+
+    @property
+    def key_ids(self) -> frozenset[str]:
+        """Every key id this encryptor can open (the active one included)."""
+        ...
+
+    def seal(self, plaintext: bytes, *, aad: bytes) -> SealedValue:
+        """Encrypt and authenticate ``plaintext`` under the active key, with a fresh nonce."""
+        ...
+
+    def open(self, sealed: SealedValue, *, aad: bytes) -> bytes:
+        """The plaintext of ``sealed``. Raises :class:`~outbox_core.errors.InvalidPayload` naming
+        the key id when the key is not configured or the value does not authenticate (altered,
+        moved to another field or lane, or sealed under another key)."""
+        ...
 
 
 class RowHandler(Protocol):

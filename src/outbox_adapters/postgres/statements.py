@@ -22,29 +22,45 @@ __all__ = [
     "GET_ROW",
     "LEADER_ACQUIRE",
     "LEADER_RELEASE",
+    "LISTEN",
     "MARK",
     "RELEASE",
     "REQUEUE",
     "REQUEUE_CANDIDATES_BY_FILTER",
     "REQUEUE_CANDIDATES_BY_ID",
+    "REWRITE_CANDIDATES",
+    "REWRITE_PAYLOADS",
+    "WAKEUP_CHANNEL",
 ]
 
 # --- producer ------------------------------------------------------------------------------------
 
+#: The LISTEN/NOTIFY channel that wakes idle workers (B3); the payload is the lane.
+WAKEUP_CHANNEL = "outbox_wakeup"
+
 #: Enqueue on the host's own transaction. With a key already seen in the lane, nothing is written
 #: and no row comes back (the conflict target names the partial unique index's predicate, which is
 #: how PostgreSQL infers a partial index). ``not_before`` NULL means due at once.
-ENQUEUE = """
-INSERT INTO outbox_message (lane, payload, idempotency_key, next_attempt_at)
-VALUES (
-    %(lane)s,
-    %(payload)s::jsonb,
-    %(idempotency_key)s,
-    coalesce(%(not_before)s::timestamptz, now())
+#: With ``notify`` (B3), the lane's listeners are woken from the SAME statement, so it costs no
+#: round trip: ``pg_notify`` runs once per row the INSERT created (never on a key conflict), is
+#: delivered only when the host's transaction commits (never on rollback), and PostgreSQL folds
+#: identical notifications of one transaction, so a batch enqueue wakes each lane once.
+ENQUEUE = f"""
+WITH created AS (
+    INSERT INTO outbox_message (lane, payload, idempotency_key, next_attempt_at)
+    VALUES (
+        %(lane)s,
+        %(payload)s::jsonb,
+        %(idempotency_key)s,
+        coalesce(%(not_before)s::timestamptz, now())
+    )
+    ON CONFLICT (lane, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
 )
-ON CONFLICT (lane, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id
-"""
+SELECT id,
+       CASE WHEN %(notify)s::boolean THEN pg_notify('{WAKEUP_CHANNEL}', %(lane)s) END
+FROM created
+"""  # noqa: S608 - built from constants only
 
 #: The row an earlier enqueue with the same lane and key wrote.
 ENQUEUE_EXISTING = """
@@ -53,6 +69,9 @@ WHERE lane = %(lane)s AND idempotency_key = %(idempotency_key)s
 """
 
 # --- worker --------------------------------------------------------------------------------------
+
+#: The wake-up listener's one statement, on its own autocommit connection (postgres/notify.py).
+LISTEN = f"LISTEN {WAKEUP_CHANNEL}"
 
 #: Claim-lease (ADR-072 decision 1), one short committed transaction:
 #: lock up to ``limit`` due rows of the lane, skipping rows another transaction holds, then count
@@ -180,6 +199,34 @@ requeued AS (
 INSERT INTO outbox_requeue_audit (message_id, actor, previous_attempts, previous_error)
 SELECT id, %(actor)s, attempts, last_error FROM requeued
 RETURNING message_id
+"""
+
+#: Payload rewrite (``outbox keys rotate``), step 1: the next batch of unsent rows (pending or
+#: failed) after ``after_id``, with a digest of each payload as it was read. The status test is
+#: spelt as an OR, so each arm can use its partial index over the few unsent rows.
+REWRITE_CANDIDATES = """
+SELECT id, lane, payload, sha256(convert_to(payload::text, 'UTF8')) AS digest
+FROM outbox_message
+WHERE (status = 'pending' OR status = 'failed')
+  AND id > %(after_id)s
+  AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
+ORDER BY id
+LIMIT %(limit)s
+"""
+
+#: Payload rewrite, step 2, in the same transaction: write each new payload only while the stored
+#: payload is still the one step 1 read (compare-and-set on its digest). A worker's mark that
+#: landed in between (a dispatched row's scrub) changed it, so the rewrite skips that row instead
+#: of writing the scrubbed secrets back.
+REWRITE_PAYLOADS = """
+UPDATE outbox_message AS m
+SET payload = r.payload::jsonb,
+    updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(digests)s::bytea[], %(payloads)s::text[])
+     AS r(id, digest, payload)
+WHERE m.id = r.id
+  AND sha256(convert_to(m.payload::text, 'UTF8')) = r.digest
+RETURNING m.id
 """
 
 #: The columns an operator sees of a row (``outbox get``, ``outbox failed``).

@@ -14,6 +14,9 @@ transaction open across a send.
   row now (or it was resolved): the mark is *stale*, logged, counted and reported, never applied.
 - ``requeue_failed`` runs in one transaction: lock the candidates, let
   :func:`outbox_core.delivery.check_requeue` judge each, requeue the accepted ones with an audit row.
+- ``rewrite_payloads`` (``outbox keys rotate``) walks the unsent rows in batches, one transaction
+  each, and writes a new payload only where the stored one is still the one it read
+  (compare-and-set), so a worker's mark that lands meanwhile is never overwritten.
 
 The SQL lives in :mod:`.statements` and is looked up at call time, so the mutation matrix can swap
 a statement for a mutant.
@@ -21,12 +24,14 @@ a statement for a mutant.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
+import attrs
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -44,13 +49,35 @@ from outbox_adapters.records import (
     usable_row_ids,
 )
 from outbox_core.delivery import Status, check_requeue
-from outbox_core.errors import RequeueRefused
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark, RowId
+from outbox_core.errors import ConfigurationError, RequeueRefused
+from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, RowId
 from outbox_core.ports import ClaimRequest, MarkResult, RequeueRequest, RequeueResult
 
-__all__ = ["ErrorGroup", "FailedReport", "PostgresStore", "StoreStats", "StoredRow"]
+__all__ = [
+    "ErrorGroup",
+    "FailedReport",
+    "PayloadRewrites",
+    "PostgresStore",
+    "StoreStats",
+    "StoredRow",
+]
 
 _log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class PayloadRewrites:
+    """What :meth:`PostgresStore.rewrite_payloads` did."""
+
+    #: Transactions run (one per batch).
+    batches: int
+    #: Unsent rows read.
+    examined: int
+    #: Rows whose new payload was written.
+    rewritten: tuple[int, ...]
+    #: Rows whose payload changed between the read and the write (a worker marked them): left as
+    #: they were.
+    changed: tuple[int, ...]
 
 
 def _stored(record: Mapping[str, Any]) -> StoredRow:
@@ -203,6 +230,62 @@ class PostgresStore:
                 requeued = sorted(r["message_id"] for r in await cur.fetchall())
         log_requeued(_log, requeued, request.actor)
         return RequeueResult(requeued=tuple(wanted.get(i, i) for i in requeued), refused=refused)
+
+    async def rewrite_payloads(
+        self,
+        rewrite: Callable[[int, str, JSONObject], JSONObject | None],
+        *,
+        lane: str | None = None,
+        batch_size: int = 500,
+    ) -> PayloadRewrites:
+        """Give every pending and failed row's payload to ``rewrite(id, lane, payload)`` and store
+        what it returns (``None``: leave the row as it is), ``batch_size`` rows per transaction.
+
+        Each write is a compare-and-set on the payload as it was read: a row a worker marked in
+        between is skipped and reported in :attr:`PayloadRewrites.changed`. ``rewrite`` runs
+        inside the batch's transaction, so keep it quick (no I/O); whatever it raises rolls the
+        current batch back and propagates (earlier batches stay committed).
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigurationError(
+                f"batch_size must be a positive number of rows, got {batch_size!r}"
+            )
+        after_id, batches, examined = 0, 0, 0
+        rewritten: list[int] = []
+        changed: list[int] = []
+        while True:
+            async with self._pool.connection() as conn, conn.transaction():
+                cur = conn.cursor(row_factory=dict_row)
+                params = {"after_id": after_id, "lane": lane, "limit": batch_size}
+                await cur.execute(statements.REWRITE_CANDIDATES, params)
+                records = await cur.fetchall()
+                if not records:
+                    break
+                batches += 1
+                examined += len(records)
+                after_id = records[-1]["id"]
+                writes = [
+                    (r["id"], r["digest"], new)
+                    for r in records
+                    if (new := rewrite(r["id"], r["lane"], r["payload"])) is not None
+                ]
+                if writes:
+                    await cur.execute(
+                        statements.REWRITE_PAYLOADS,
+                        {
+                            "ids": [w[0] for w in writes],
+                            "digests": [w[1] for w in writes],
+                            "payloads": [json.dumps(w[2]) for w in writes],
+                        },
+                    )
+                    written = {r["id"] for r in await cur.fetchall()}
+                    rewritten.extend(sorted(written))
+                    changed.extend(w[0] for w in writes if w[0] not in written)
+            if len(records) < batch_size:
+                break
+        return PayloadRewrites(
+            batches=batches, examined=examined, rewritten=tuple(rewritten), changed=tuple(changed)
+        )
 
     # --- operator reads ---------------------------------------------------------------------------
 

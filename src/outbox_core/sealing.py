@@ -1,0 +1,269 @@
+# Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
+"""Sealed payload fields: the envelope format, and which fields are sealed (catalogue B1).
+
+Theory of operation
+-------------------
+ADR-072 left one residual open: the secret-bearing keys of a payload (one-time links, a public
+token, a PDF) sit in plaintext in every pending and failed row, and a failed row keeps them without
+a time limit. Sealing closes it. The producer seals those fields when it builds the message, the
+row stores only ciphertext, and the handler opens them at send time, in memory, just before the
+message is rendered. The scrub (catalogue C6) still removes the fields by *name* once the row is
+sent, sealed or not.
+
+A sealed field's value is a JSON object in place of the plaintext value::
+
+    {"$sealed": "v1", "kid": "k2", "n": "<base64 nonce>", "ct": "<base64 ciphertext+tag>"}
+
+- ``v1`` is AES-256-GCM with a 96-bit nonce and a 128-bit tag appended to the ciphertext. The
+  plaintext is the field's value as compact JSON, so strings, numbers, lists and objects all round
+  trip, and opening gives back exactly what was sealed.
+- ``kid`` names the key that sealed it, so rotation can keep old keys for opening while new values
+  are sealed under the active one (``outbox keys rotate`` re-seals the backlog; then the old key
+  can go).
+- The associated data (:func:`field_aad`) binds the value to its lane and field name: a ciphertext
+  copied into another field or another lane's row does not open. It does not bind the row id,
+  because a message is sealed before it has one.
+
+This module is pure: it builds, parses and checks envelopes and decides which values to seal or
+open. The cipher is behind the :class:`~outbox_core.ports.Encryptor` port
+(``outbox_adapters.crypto.AesGcmEncryptor``). Only *top-level* payload values are sealed or opened,
+as only top-level keys are scrubbed. Error messages name fields and key ids, never values.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import string
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from outbox_core.errors import ConfigurationError, InvalidPayload
+from outbox_core.scrub import DEFAULT_SECRET_KEYS
+
+if TYPE_CHECKING:
+    from outbox_core.messages import JSONObject
+    from outbox_core.ports import Encryptor
+
+__all__ = [
+    "ENVELOPE_VERSION",
+    "NONCE_BYTES",
+    "SEALED_MARKER",
+    "TAG_BYTES",
+    "SealedValue",
+    "SealingRules",
+    "field_aad",
+    "is_key_id",
+    "is_sealed",
+    "open_sealed",
+    "reseal",
+]
+
+#: The key that marks a JSON object as a sealed value.
+SEALED_MARKER: Final = "$sealed"
+#: The envelope version this code writes and reads: AES-256-GCM, 96-bit nonce, 128-bit tag.
+ENVELOPE_VERSION: Final = "v1"
+#: Nonce length of ``v1``, in bytes (96 bits, the size GCM is specified for: NIST SP 800-38D).
+NONCE_BYTES: Final = 12
+#: Authentication tag length of ``v1``, in bytes, appended to the ciphertext.
+TAG_BYTES: Final = 16
+
+_ENVELOPE_KEYS: Final = frozenset({SEALED_MARKER, "kid", "n", "ct"})
+# Key ids travel in the envelope and in ``kid:base64key,...`` key lists, so ':' and ',' are out.
+_KEY_ID_ALPHABET: Final = frozenset(string.ascii_letters + string.digits + "_.-")
+_AAD_CONTEXT: Final = "leased-outbox/sealed-field/v1"
+
+
+def is_key_id(value: object) -> bool:
+    """True for a usable key id: 1 to 64 characters of ``[A-Za-z0-9_.-]``."""
+    return isinstance(value, str) and 1 <= len(value) <= 64 and set(value) <= _KEY_ID_ALPHABET
+
+
+def _key_id(_inst: object, _attribute: object, value: str) -> None:
+    if not is_key_id(value):
+        raise InvalidPayload(
+            f"a sealed value's key id is 1 to 64 characters of [A-Za-z0-9_.-], got {value!r:.80}"
+        )
+
+
+def _nonce(_inst: object, _attribute: object, value: bytes) -> None:
+    if len(value) != NONCE_BYTES:
+        raise InvalidPayload(
+            f"a {ENVELOPE_VERSION} nonce is {NONCE_BYTES} bytes, got {len(value)} bytes"
+        )
+
+
+def _ciphertext(_inst: object, _attribute: object, value: bytes) -> None:
+    if len(value) < TAG_BYTES:
+        raise InvalidPayload(
+            f"a {ENVELOPE_VERSION} ciphertext carries a {TAG_BYTES}-byte tag, got {len(value)} bytes"
+        )
+
+
+@attrs.frozen
+class SealedValue:
+    """One sealed field value: which key sealed it, the nonce, and the ciphertext with its tag."""
+
+    #: The id of the key that sealed it.
+    kid: str = attrs.field(validator=_key_id)
+    #: The 96-bit nonce, fresh for every seal.
+    nonce: bytes = attrs.field(validator=_nonce, repr=False)
+    #: The ciphertext with the 128-bit authentication tag appended.
+    ciphertext: bytes = attrs.field(validator=_ciphertext, repr=False)
+
+    def to_json(self) -> dict[str, str]:
+        """The envelope as it is stored in the payload."""
+        return {
+            SEALED_MARKER: ENVELOPE_VERSION,
+            "kid": self.kid,
+            "n": base64.b64encode(self.nonce).decode("ascii"),
+            "ct": base64.b64encode(self.ciphertext).decode("ascii"),
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> SealedValue:
+        """Parse a stored envelope; raises :class:`InvalidPayload` saying what is wrong with it."""
+        if not isinstance(value, Mapping):
+            raise InvalidPayload(f"a sealed value is a JSON object, not {type(value).__name__}")
+        if value.get(SEALED_MARKER) != ENVELOPE_VERSION:
+            raise InvalidPayload(
+                f"the sealed value is of version {value.get(SEALED_MARKER)!r:.40}; this version"
+                f" reads {ENVELOPE_VERSION!r}"
+            )
+        if set(value) != _ENVELOPE_KEYS:
+            raise InvalidPayload(
+                f"a sealed value has exactly the keys {sorted(_ENVELOPE_KEYS)}, got"
+                f" {sorted(map(str, value))}"
+            )
+        return cls(kid=value["kid"], nonce=_b64(value, "n"), ciphertext=_b64(value, "ct"))
+
+
+def _b64(envelope: Mapping[str, Any], key: str) -> bytes:
+    text = envelope[key]
+    if not isinstance(text, str):
+        raise InvalidPayload(f"the sealed value's {key!r} is not a base64 string")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidPayload(f"the sealed value's {key!r} is not valid base64") from None
+
+
+def is_sealed(value: object) -> bool:
+    """True when ``value`` claims to be a sealed value (a JSON object with the marker key)."""
+    return isinstance(value, Mapping) and SEALED_MARKER in value
+
+
+def field_aad(lane: str, field: str) -> bytes:
+    """The associated data that binds a sealed value to its lane and field name.
+
+    JSON-encoded, so no lane/field pair can be spelt like another (``("a", "b:c")`` is not
+    ``("a:b", "c")``).
+    """
+    return json.dumps(
+        [_AAD_CONTEXT, lane, field], ensure_ascii=False, separators=(",", ":")
+    ).encode("utf-8")
+
+
+def _plaintext(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _open_one(field: str, value: object, *, lane: str, encryptor: Encryptor | None) -> object:
+    try:
+        sealed = SealedValue.from_json(value)
+    except InvalidPayload as exc:
+        raise InvalidPayload(f"cannot decrypt field {field!r}: {exc}") from None
+    if encryptor is None:
+        raise InvalidPayload(
+            f"cannot decrypt field {field!r}: it is sealed under key id {sealed.kid!r} and no"
+            " encryption keys are configured"
+        )
+    if sealed.kid not in encryptor.key_ids:
+        raise InvalidPayload(
+            f"cannot decrypt field {field!r}: key id {sealed.kid!r} is not configured"
+        )
+    try:
+        plaintext = encryptor.open(sealed, aad=field_aad(lane, field))
+    except InvalidPayload as exc:
+        raise InvalidPayload(f"cannot decrypt field {field!r}: {exc}") from None
+    try:
+        return json.loads(plaintext.decode("utf-8"), parse_constant=_no_constant)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError are both ValueErrors
+        raise InvalidPayload(
+            f"cannot decrypt field {field!r}: the opened value is not UTF-8 JSON"
+        ) from None
+
+
+def open_sealed(payload: JSONObject, *, lane: str, encryptor: Encryptor | None) -> dict[str, Any]:
+    """A copy of ``payload`` with every sealed top-level value opened; other values untouched.
+
+    Every sealed value is opened, whether or not its field is in today's :class:`SealingRules`, so
+    a change of configuration never strands a row. Raises :class:`InvalidPayload` naming the field
+    and the key id (``cannot decrypt field 'x': key id 'k1' is not configured``): the row cannot be
+    sent as it stands, so it fails at once.
+    """
+    return {
+        key: _open_one(key, value, lane=lane, encryptor=encryptor) if is_sealed(value) else value
+        for key, value in payload.items()
+    }
+
+
+def _field_names(_inst: object, _attribute: object, value: frozenset[str]) -> None:
+    # As ScrubRules.keys: a set or list would make the rules mutable, a str a set of letters.
+    if not isinstance(value, frozenset):
+        raise ConfigurationError(
+            f"SealingRules.fields must be a frozenset of key names, got {type(value).__name__}"
+            f" {value!r}"
+        )
+    for name in sorted(value, key=repr):
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(
+                f"SealingRules.fields must hold non-empty strings (payload key names), got {name!r}"
+            )
+
+
+@attrs.frozen
+class SealingRules:
+    """Which top-level payload fields a producer seals. By default the scrubbed ones."""
+
+    #: The fields to seal when present. Keep them within the lane's scrub keys, so what is sealed
+    #: while unsent is also removed once sent.
+    fields: frozenset[str] = attrs.field(default=DEFAULT_SECRET_KEYS, validator=_field_names)
+
+    def seal(self, payload: JSONObject, *, lane: str, encryptor: Encryptor) -> dict[str, Any]:
+        """A copy of ``payload`` with each configured field that is present sealed under the
+        active key. A value that is already sealed is kept as it is (never sealed twice)."""
+        return {
+            key: (
+                encryptor.seal(_plaintext(value), aad=field_aad(lane, key)).to_json()
+                if key in self.fields and not is_sealed(value)
+                else value
+            )
+            for key, value in payload.items()
+        }
+
+
+def reseal(payload: JSONObject, *, lane: str, encryptor: Encryptor) -> dict[str, Any] | None:
+    """Key rotation: a copy of ``payload`` with every value sealed under another key than the
+    active one opened and sealed again under the active key; ``None`` when there is none.
+
+    Raises :class:`InvalidPayload` (as :func:`open_sealed`) when a value can't be opened.
+    """
+    active = encryptor.active_key_id
+    stale = [
+        key for key, value in payload.items() if is_sealed(value) and value.get("kid") != active
+    ]
+    if not stale:
+        return None
+    resealed = dict(payload)
+    for key in stale:
+        value = _open_one(key, payload[key], lane=lane, encryptor=encryptor)
+        resealed[key] = encryptor.seal(_plaintext(value), aad=field_aad(lane, key)).to_json()
+    return resealed
