@@ -17,6 +17,7 @@ from outbox_adapters.postgres import statements
 
 STORE = "tests/integration/test_postgres_store.py"
 WORKER = "tests/integration/test_email_worker.py"
+ENCRYPTION = "tests/integration/test_encryption.py"
 
 
 @attrs.frozen
@@ -96,6 +97,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "drop the scrub",
         f"{STORE}::test_dispatched_and_skipped_marks_scrub_exactly_the_secret_keys_in_the_same_update",
         _replace("MARK", "    payload = payload - %(scrub_keys)s::text[],\n", ""),
+    ),
+)
+
+MUTANTS += (
+    Mutant(
+        "rotate-no-payload-cas",
+        "compare-and-set on the payload in key rotation",
+        "drop the digest check from the rewrite",
+        f"{ENCRYPTION}::test_rotation_never_writes_back_over_a_row_a_worker_marked_meanwhile",
+        _replace(
+            "REWRITE_PAYLOADS", "  AND sha256(convert_to(m.payload::text, 'UTF8')) = r.digest\n", ""
+        ),
     ),
 )
 
