@@ -20,6 +20,10 @@ A handler that raises is that row's failure (``InvalidMessage`` → permanent, a
 transient) and never strands the rest of the batch. A row whose send is cut off by the batch
 timeout is left alone: it keeps its lease and is claimed again after it (RELIABILITY F10).
 
+When a claim finds less than a full batch the worker sleeps for the poll interval; given a
+:class:`~outbox_adapters.wakeup.Wakeup` (LISTEN/NOTIFY, B3) it wakes as soon as new work is
+signalled. Polling stays the correctness path: a lost signal only delays a row until the next poll.
+
 Stopping (:meth:`Worker.request_stop`, wired to SIGTERM by the CLI) stops claiming, lets the row in
 flight finish, releases the rows not yet started, and waits for the marks in flight.
 
@@ -40,6 +44,7 @@ from typing import Any, TypeVar
 import attrs
 
 from outbox_adapters.clock import SystemClock
+from outbox_adapters.wakeup import Wakeup
 from outbox_core.backoff import EMAIL_BACKOFF, Backoff
 from outbox_core.decide import DEFAULT_RETRY_AFTER_CAP, decide
 from outbox_core.delivery import Status
@@ -163,6 +168,7 @@ class Worker:
         holder: str | None = None,
         entropy: Callable[[int], bytes] = secrets.token_bytes,
         jitter: Callable[[], float] = random.random,
+        wakeup: Wakeup | None = None,
     ) -> None:
         self.store = store
         self.handler = handler
@@ -171,6 +177,8 @@ class Worker:
         self.leader = leader
         self.holder = holder or f"worker-{secrets.token_hex(4)}"
         self.stats = WorkerStats()
+        #: Ends the idle pause early when new work is signalled (None: poll only).
+        self.wakeup = wakeup
         self._entropy = entropy
         self._jitter = jitter
         self._stopping = asyncio.Event()
@@ -190,15 +198,33 @@ class Worker:
     async def run(self, *, drain: bool = False) -> WorkerStats:
         """Work until :meth:`request_stop` (or, with ``drain``, until a claim finds nothing due)."""
         try:
+            failures = 0
             while not self.stopping:
                 if not await self._lead():
+                    if drain:  # another replica leads this lane and is draining it
+                        _log.warning("lane %s is led by another worker", self.config.lane)
+                        break
                     await self._pause(self.config.poll_interval)
                     continue
-                report = await self.run_once()
+                try:
+                    report = await self.run_once()
+                except Exception as exc:  # noqa: BLE001 - an outage must not end the worker
+                    failures += 1
+                    delay = min(self.config.poll_interval * 2**failures, 30.0)
+                    _log.warning(
+                        "claim on lane %s failed (%s: %s); retrying in %.1fs",
+                        self.config.lane,
+                        type(exc).__name__,
+                        exc,
+                        delay,
+                    )
+                    await self._pause(delay)
+                    continue
+                failures = 0
                 if drain and report.claimed == 0:
                     break
                 if report.claimed < self.config.timing.batch_size:
-                    await self._pause(self.config.poll_interval)
+                    await self._pause(self.config.poll_interval, wakeable=True)
         finally:
             await self.wait_for_marks()
             await self._step_down()
@@ -213,6 +239,10 @@ class Worker:
         # The lease started no earlier than this instant, so trusting it until claim_start + lease
         # on our monotonic clock can only err on the short side.
         claim_start = self.clock.monotonic()
+        if self.wakeup is not None:
+            # Clear, then claim, then wait: a commit that lands during the claim sets it again,
+            # so the next pause returns at once instead of sleeping on a due row.
+            self.wakeup.clear()
         rows = await self.store.claim_due(
             ClaimRequest(self.config.lane, timing.batch_size, lease, token)
         )
@@ -392,11 +422,32 @@ class Worker:
                 await self.leader.release(self._term)
             self._term = None
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep, but wake at once when a stop is requested."""
+    async def _pause(self, seconds: float, *, wakeable: bool = False) -> None:
+        """Sleep, but wake at once when a stop is requested, or (``wakeable``) new work is signalled.
+
+        Only the pause after a claim is wakeable: the claim clears the signal, so a follower (which
+        never claims) waiting on it would find it set every time and spin.
+        """
+        if wakeable and self.wakeup is not None and await self._wait_for_work(self.wakeup, seconds):
+            return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._stopping.wait()
+
+    async def _wait_for_work(self, wakeup: Wakeup, seconds: float) -> bool:
+        """Wait for a stop, a wake-up or the end of ``seconds``; ``False`` if the wake-up broke."""
+        stop = asyncio.ensure_future(self._stopping.wait())
+        work = asyncio.ensure_future(wakeup.wait())
+        try:
+            await asyncio.wait((stop, work), timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            work.cancel()
+        if work.done() and not work.cancelled() and work.exception() is not None:
+            # Degrade to polling for this pause rather than spin on a signal that fails at once.
+            _log.warning("wake-up signal failed (%r); polling", work.exception())
+            return False
+        return True
 
 
 def _is_connection_problem(exc: BaseException) -> bool:

@@ -129,3 +129,39 @@ async def test_only_the_leader_claims() -> None:
     assert stats.dispatched == 3
     # and it stepped down when it stopped: the lane is free for a sibling at once
     assert await lease.try_acquire("email", "sibling", ttl=timedelta(seconds=30)) is not None
+
+
+class FlakyClaims(MemoryStore):
+    """A store whose first claims fail as if the database were down."""
+
+    def __init__(self, clock: FakeClock, failures: int) -> None:
+        super().__init__(clock=clock)
+        self.failures = failures
+
+    async def claim_due(self, request):  # type: ignore[no-untyped-def]
+        if self.failures:
+            self.failures -= 1
+            message = "connection refused"
+            raise OSError(message)
+        return await super().claim_due(request)
+
+
+async def test_a_database_outage_does_not_end_the_worker() -> None:
+    clock = FakeClock(T0)
+    store = FlakyClaims(clock, failures=2)
+    store.enqueue(NewMessage("email", {"n": 1}))
+    handler = RecordingHandler()
+    config = LaneConfig(poll_interval=0.001)
+    stats = await asyncio.wait_for(Worker(store, handler, config, clock=clock).run(drain=True), 5)
+    assert store.failures == 0
+    assert stats.dispatched == 1  # it kept trying and delivered once the database came back
+
+
+async def test_drain_ends_when_another_replica_leads_the_lane() -> None:
+    store, clock, _ = setup(2)
+    lease = MemoryLeaderLease(clock=clock)
+    assert await lease.try_acquire("email", "other", ttl=timedelta(seconds=30)) is not None
+    handler = RecordingHandler()
+    worker = Worker(store, handler, LaneConfig(), clock=clock, leader=lease, holder="me")
+    await asyncio.wait_for(worker.run(drain=True), timeout=5)
+    assert handler.calls == []

@@ -51,6 +51,7 @@ from outbox_adapters.records import (
     payload_json,
     usable_row_ids,
 )
+from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.delivery import Status, check_requeue
 from outbox_core.errors import RequeueRefused
 from outbox_core.lease import fence_admits, lease_expires_at
@@ -123,6 +124,7 @@ class MemoryStore:
         self.stats = StoreStats()
         #: One entry per requeued row, oldest first (PostgreSQL: ``outbox_requeue_audit``).
         self.audit: list[AuditEntry] = []
+        self._wakeups = WakeupHub()
 
     # --- producer ---------------------------------------------------------------------------------
 
@@ -151,7 +153,14 @@ class MemoryStore:
             self._rows[row.id] = row
             if key is not None:
                 self._keys[message.lane, key] = row.id
+        # PostgreSQL's enqueue NOTIFYs on commit; here the write is already visible.
+        self._wakeups.wake(message.lane)
         return EnqueueResult(row_id=row.id, created=True)
+
+    def wakeup(self, lane: str) -> LaneWakeup:
+        """A signal set by every enqueue into ``lane``, for one worker (``Worker(wakeup=...)``):
+        what :meth:`outbox_adapters.postgres.WakeupListener.wakeup` gives on PostgreSQL."""
+        return self._wakeups.subscribe(lane)
 
     # --- the port ---------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""PostgreSQL adapters: tables, the store, enqueue on the host's transaction, the leader lease.
+"""PostgreSQL adapters: tables, the store, enqueue on the host's transaction, the leader lease,
+the LISTEN/NOTIFY wake-up listener.
 
 Needs the ``postgres`` extra (psycopg 3 + psycopg_pool, SQLAlchemy Core).
 """
@@ -11,6 +12,7 @@ from outbox_adapters.postgres.enqueue import (
     enqueue_async,
 )
 from outbox_adapters.postgres.leader import PostgresLeaderLease
+from outbox_adapters.postgres.notify import WAKEUP_CHANNEL, WakeupListener
 from outbox_adapters.postgres.store import (
     ErrorGroup,
     FailedReport,
@@ -27,6 +29,7 @@ from outbox_adapters.postgres.tables import (
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
+    "WAKEUP_CHANNEL",
     "ErrorGroup",
     "FailedReport",
     "PostgresLeaderLease",
@@ -34,6 +37,7 @@ __all__ = [
     "StoreStats",
     "StoredRow",
     "TransactionRequired",
+    "WakeupListener",
     "enqueue",
     "enqueue_async",
     "metadata",

@@ -24,6 +24,12 @@ The payload is checked by the core's rule (:func:`outbox_adapters.records.payloa
 object of JSON types, within the size cap) before anything is written, so a bad message raises
 :class:`~outbox_core.errors.InvalidPayload` where the host can catch it, and the host's transaction
 is left untouched.
+
+Wake-up (B3): on PostgreSQL, the INSERT statement also sends ``pg_notify('outbox_wakeup', lane)``
+for the row it created (``notify=False`` turns that off). A notification is part of the
+transaction: delivered when the host commits, discarded when it rolls back, and folded with the
+identical ones of the same transaction, so a batch costs one per lane. Polling stays the
+correctness path; the notification only ends a worker's idle wait early.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from psycopg import pq
-from sqlalchemy import Connection, Insert, func, select
+from sqlalchemy import Connection, Insert, Select, func, select
 from sqlalchemy import insert as generic_insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -65,12 +71,13 @@ class TransactionRequired(OutboxError):
 # --- statement parameters -----------------------------------------------------------------------
 
 
-def _params(message: NewMessage, payload: str) -> dict[str, Any]:
+def _params(message: NewMessage, payload: str, *, notify: bool) -> dict[str, Any]:
     return {
         "lane": message.lane,
         "payload": payload,
         "idempotency_key": message.idempotency_key,
         "not_before": message.not_before,
+        "notify": notify,
     }
 
 
@@ -94,9 +101,9 @@ def _check_psycopg(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any])
 
 
 def _enqueue_psycopg(
-    conn: psycopg.Connection[Any], message: NewMessage, payload: str
+    conn: psycopg.Connection[Any], message: NewMessage, payload: str, *, notify: bool
 ) -> tuple[int, bool]:
-    params = _params(message, payload)
+    params = _params(message, payload, notify=notify)
     with conn.cursor() as cur:
         cur.execute(statements.ENQUEUE, params)
         row = cur.fetchone()
@@ -107,9 +114,9 @@ def _enqueue_psycopg(
 
 
 async def _enqueue_psycopg_async(
-    conn: psycopg.AsyncConnection[Any], message: NewMessage, payload: str
+    conn: psycopg.AsyncConnection[Any], message: NewMessage, payload: str, *, notify: bool
 ) -> tuple[int, bool]:
-    params = _params(message, payload)
+    params = _params(message, payload, notify=notify)
     async with conn.cursor() as cur:
         await cur.execute(statements.ENQUEUE, params)
         row = await cur.fetchone()
@@ -172,6 +179,18 @@ def _sqlalchemy_insert(conn: Connection, message: NewMessage, payload: str) -> I
     return generic_insert(outbox_message).values(values).returning(returning)
 
 
+def _sqlalchemy_enqueue(
+    conn: Connection, message: NewMessage, payload: str, *, notify: bool
+) -> Insert | Select[tuple[int, Any]]:
+    insert = _sqlalchemy_insert(conn, message, payload)
+    if not notify or conn.dialect.name != "postgresql":
+        return insert  # other dialects have no LISTEN/NOTIFY: their workers poll
+    # statements.ENQUEUE's shape: the notification comes from the INSERT's own statement, once per
+    # row it created, and is delivered only if the host's transaction commits.
+    created = insert.cte("created")
+    return select(created.c.id, func.pg_notify(statements.WAKEUP_CHANNEL, message.lane))
+
+
 def _existing_select(message: NewMessage) -> Any:  # noqa: ANN401 - a Select of one column
     return select(outbox_message.c.id).where(
         outbox_message.c.lane == message.lane,
@@ -179,22 +198,24 @@ def _existing_select(message: NewMessage) -> Any:  # noqa: ANN401 - a Select of 
     )
 
 
-def _enqueue_sqlalchemy(conn: Connection, message: NewMessage, payload: str) -> tuple[int, bool]:
+def _enqueue_sqlalchemy(
+    conn: Connection, message: NewMessage, payload: str, *, notify: bool
+) -> tuple[int, bool]:
     _check_sqlalchemy(conn)
-    row = conn.execute(_sqlalchemy_insert(conn, message, payload)).first()
+    row = conn.execute(_sqlalchemy_enqueue(conn, message, payload, notify=notify)).first()
     if row is not None:
         return int(row[0]), True
     return _existing(conn.execute(_existing_select(message)).first(), message), False
 
 
 async def _enqueue_sqlalchemy_async(
-    conn: AsyncConnection, message: NewMessage, payload: str
+    conn: AsyncConnection, message: NewMessage, payload: str, *, notify: bool
 ) -> tuple[int, bool]:
     sync = conn.sync_connection
     if sync is None:  # pragma: no cover - in_transaction() was checked, so it has started
         raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
     _check_sqlalchemy(sync)
-    row = (await conn.execute(_sqlalchemy_insert(sync, message, payload))).first()
+    row = (await conn.execute(_sqlalchemy_enqueue(sync, message, payload, notify=notify))).first()
     if row is not None:
         return int(row[0]), True
     existing = (await conn.execute(_existing_select(message))).first()
@@ -225,26 +246,30 @@ def _async_sqlalchemy() -> tuple[type[Any], type[Any]] | None:
     return module.AsyncConnection, module.AsyncSession
 
 
-def enqueue(handle: object, message: NewMessage) -> EnqueueResult:
+def enqueue(handle: object, message: NewMessage, *, notify: bool = True) -> EnqueueResult:
     """Write ``message`` in the open transaction of ``handle``; never commits.
 
     ``handle`` is a ``psycopg.Connection``, a ``sqlalchemy.Connection`` or a
     ``sqlalchemy.orm.Session``. Returns the new row's id; or, when the lane already has a row with
     the message's idempotency key, that row's id with ``created=False`` (nothing is written then).
+
+    With ``notify`` (the default) a created row also sends ``NOTIFY outbox_wakeup, '<lane>'`` in
+    the same transaction, so a :class:`~outbox_adapters.postgres.notify.WakeupListener` wakes the
+    lane's worker as soon as the host commits; ``notify=False`` leaves the row to the poll.
     """
     payload = payload_json(message.payload)
     if isinstance(handle, psycopg.Connection):
         _check_psycopg(handle)
-        row_id, created = _enqueue_psycopg(handle, message, payload)
+        row_id, created = _enqueue_psycopg(handle, message, payload, notify=notify)
     elif isinstance(handle, Connection):
         if not handle.in_transaction():
             raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
-        row_id, created = _enqueue_sqlalchemy(handle, message, payload)
+        row_id, created = _enqueue_sqlalchemy(handle, message, payload, notify=notify)
     elif isinstance(handle, Session):
         if not handle.in_transaction():
             raise TransactionRequired(f"the SQLAlchemy session has {_NO_TRANSACTION}")
         conn = handle.connection(bind_arguments={"clause": outbox_message.insert()})
-        row_id, created = _enqueue_sqlalchemy(conn, message, payload)
+        row_id, created = _enqueue_sqlalchemy(conn, message, payload, notify=notify)
     elif isinstance(handle, (psycopg.AsyncConnection, *(_async_sqlalchemy() or ()))):
         raise TypeError(f"{type(handle).__name__} is asynchronous; use `await enqueue_async(...)`")
     else:
@@ -252,25 +277,27 @@ def enqueue(handle: object, message: NewMessage) -> EnqueueResult:
     return EnqueueResult(row_id=row_id, created=created)
 
 
-async def enqueue_async(handle: object, message: NewMessage) -> EnqueueResult:
+async def enqueue_async(
+    handle: object, message: NewMessage, *, notify: bool = True
+) -> EnqueueResult:
     """:func:`enqueue` for ``psycopg.AsyncConnection`` and SQLAlchemy ``AsyncConnection`` /
     ``AsyncSession``."""
     payload = payload_json(message.payload)
     sa_async = _async_sqlalchemy()
     if isinstance(handle, psycopg.AsyncConnection):
         _check_psycopg(handle)
-        row_id, created = await _enqueue_psycopg_async(handle, message, payload)
+        row_id, created = await _enqueue_psycopg_async(handle, message, payload, notify=notify)
     elif sa_async is not None and isinstance(handle, sa_async[0]):
         aconn = cast("AsyncConnection", handle)
         if not aconn.in_transaction():
             raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
-        row_id, created = await _enqueue_sqlalchemy_async(aconn, message, payload)
+        row_id, created = await _enqueue_sqlalchemy_async(aconn, message, payload, notify=notify)
     elif sa_async is not None and isinstance(handle, sa_async[1]):
         asession = cast("AsyncSession", handle)
         if not asession.in_transaction():
             raise TransactionRequired(f"the SQLAlchemy session has {_NO_TRANSACTION}")
         aconn = await asession.connection(bind_arguments={"clause": outbox_message.insert()})
-        row_id, created = await _enqueue_sqlalchemy_async(aconn, message, payload)
+        row_id, created = await _enqueue_sqlalchemy_async(aconn, message, payload, notify=notify)
     elif isinstance(handle, psycopg.Connection | Connection | Session):
         raise TypeError(f"{type(handle).__name__} is synchronous; use `enqueue(...)`")
     else:

@@ -1,0 +1,213 @@
+"""``WakeupListener``: LISTEN/NOTIFY wake-ups for idle workers (B3).
+
+Theory of operation
+-------------------
+:func:`~outbox_adapters.postgres.enqueue.enqueue` sends ``NOTIFY outbox_wakeup, '<lane>'`` in the
+host's transaction, so PostgreSQL delivers it only once the outbox row has committed. One listener
+per process holds a dedicated autocommit connection (not a pooled one: LISTEN belongs to a session,
+and a pool would hand the session to someone else) running ``LISTEN outbox_wakeup``, and turns each
+notification into a wake-up of the lane's subscribers (:meth:`WakeupListener.wakeup`, one
+:class:`~outbox_adapters.wakeup.LaneWakeup` per worker). A worker given one claims within
+milliseconds of the commit instead of at its next poll.
+
+LISTEN has no replay: whatever is committed while the connection is down is never announced. So
+
+- the connection is checked every ``health_interval`` seconds (``SELECT 1`` under a deadline),
+  which also finds a half-open connection that would never raise by itself (psycopg then spends
+  up to ~5 s more trying to cancel the check before it gives the connection up);
+- a lost connection is re-opened with capped exponential backoff;
+- after every (re)connect, once ``LISTEN`` is in place, every lane is woken once: its worker claims
+  and finds anything committed during the gap. Anything committed later is announced.
+
+Nothing here is needed for correctness: workers poll anyway, and a dead listener only makes them
+as slow as their poll interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg
+
+from outbox_adapters.postgres import statements
+from outbox_adapters.wakeup import LaneWakeup, WakeupHub
+from outbox_core.errors import ConfigurationError
+
+__all__ = ["WAKEUP_CHANNEL", "WakeupListener"]
+
+WAKEUP_CHANNEL = statements.WAKEUP_CHANNEL
+
+_log = logging.getLogger(__name__)
+
+
+class WakeupListener:
+    """One LISTEN connection per process, fanned out to the workers' wake-up signals.
+
+    ``async with WakeupListener(dsn) as listener:`` (or :meth:`start` / :meth:`aclose`), then
+    ``Worker(..., wakeup=listener.wakeup("email"))``. Nothing is done in the constructor.
+
+    :meth:`start` opens the first connection and raises if it can't (a wrong DSN should be loud at
+    startup); from then on a lost connection is re-opened in the background, for as long as the
+    listener runs.
+    """
+
+    def __init__(  # noqa: PLR0913 - keyword-only tuning knobs, each with a default
+        self,
+        dsn: str,
+        *,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        retry_delay: float = 0.1,
+        max_retry_delay: float = 5.0,
+        health_interval: float = 30.0,
+        health_timeout: float = 5.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        for name, value in (
+            ("retry_delay", retry_delay),
+            ("max_retry_delay", max_retry_delay),
+            ("health_interval", health_interval),
+            ("health_timeout", health_timeout),
+            ("connect_timeout", connect_timeout),
+        ):
+            if value <= 0:
+                raise ConfigurationError(f"WakeupListener {name} must be positive, got {value!r}")
+        if max_retry_delay < retry_delay:
+            raise ConfigurationError(
+                f"WakeupListener max_retry_delay {max_retry_delay!r} is shorter than "
+                f"retry_delay {retry_delay!r}"
+            )
+        self._dsn = dsn
+        self._connect_kwargs = {"application_name": "outbox-wakeup", **(connect_kwargs or {})}
+        self._retry_delay = retry_delay
+        self._max_retry_delay = max_retry_delay
+        self._health_interval = health_interval
+        self._health_timeout = health_timeout
+        self._connect_timeout = connect_timeout
+        self._hub = WakeupHub()
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._task: asyncio.Task[None] | None = None
+        #: Connections opened after the first (each one followed by a wake-up of every lane).
+        self.reconnects = 0
+        #: Notifications received on the wake-up channel.
+        self.notifications = 0
+
+    # --- subscribers ------------------------------------------------------------------------------
+
+    def wakeup(self, lane: str) -> LaneWakeup:
+        """A new wake-up signal for ``lane``, for one worker (keep a reference: held weakly here)."""
+        return self._hub.subscribe(lane)
+
+    @property
+    def connected(self) -> bool:
+        """Whether LISTEN is in place right now."""
+        return self._conn is not None and not self._conn.closed
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process of the LISTEN connection (for ``pg_stat_activity``), if connected."""
+        conn = self._conn
+        return None if conn is None or conn.closed else conn.info.backend_pid
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, LISTEN, wake every lane, and keep listening in the background."""
+        if self._task is not None:
+            raise RuntimeError("this WakeupListener has already been started")
+        self._conn = await self._connect()
+        self._task = asyncio.create_task(self._run(), name="outbox-wakeup-listener")
+
+    async def aclose(self) -> None:
+        """Stop listening and close the connection. Subscribers fall back to their poll."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._drop_connection()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # --- the background task ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = self._retry_delay
+        while True:
+            if self._conn is None:
+                try:
+                    self._conn = await self._connect()
+                except Exception as exc:  # noqa: BLE001 - whatever it was, retry: polling covers us
+                    _log.warning(
+                        "wake-up listener: reconnect failed (%s); retry in %.1fs", _why(exc), delay
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self._max_retry_delay)
+                    continue
+                self.reconnects += 1
+            up_since = time.monotonic()
+            # LISTEN is in place: whatever commits from now on is announced; what committed while
+            # we were away is found by the claim this wake-up causes.
+            self._hub.wake_all()
+            try:
+                await self._listen(self._conn)
+            except Exception as exc:  # noqa: BLE001 - a dead listener would silently cost latency
+                _log.warning("wake-up listener: connection lost (%s); reconnecting", _why(exc))
+            await self._drop_connection()
+            if time.monotonic() - up_since > self._max_retry_delay:
+                delay = self._retry_delay  # it was up a while: a fresh loss starts the backoff over
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._max_retry_delay)
+
+    async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Wake lanes as notifications arrive; check the connection whenever it is quiet."""
+        while True:
+            async with contextlib.aclosing(conn.notifies(timeout=self._health_interval)) as notes:
+                async for note in notes:
+                    if note.channel == WAKEUP_CHANNEL:
+                        self.notifications += 1
+                        self._hub.wake(note.payload)
+            # Every health_interval: make sure the server still answers (a half-open connection
+            # never raises by itself). Notifications that arrive meanwhile are kept by psycopg and
+            # yielded by the next notifies().
+            async with asyncio.timeout(self._health_timeout):
+                await conn.execute("SELECT 1")
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        async with asyncio.timeout(self._connect_timeout):
+            conn = await psycopg.AsyncConnection.connect(
+                self._dsn, autocommit=True, **self._connect_kwargs
+            )
+            try:
+                await conn.execute(statements.LISTEN)
+            except BaseException:
+                await conn.close()
+                raise
+        return conn
+
+    async def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+
+def _why(exc: BaseException) -> str:
+    """``OperationalError: terminating connection ...``; a bare ``TimeoutError`` has no text."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
