@@ -24,7 +24,7 @@ from outbox_core.errors import InvalidMessage, InvalidPayload
 from outbox_core.mail import build_message
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
-from outbox_core.payload import EmailPayload, validate_payload
+from outbox_core.payload import EmailPayload, decode_payload, validate_payload
 from outbox_core.ports import Clock, Encryptor, Mailer
 from outbox_core.sealing import SealingRules, open_sealed
 
@@ -100,7 +100,10 @@ class EmailHandler:
     async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
         try:
             # Opened in memory only: the stored row keeps its sealed fields until the mark scrubs them.
-            opened = open_sealed(row.payload, lane=row.lane, encryptor=self.encryptor)
+            # decode_payload: a row written around enqueue (not a JSON object, NaN, ...) is a
+            # permanent failure here, not a handler crash retried for days.
+            stored = decode_payload(row.payload)
+            opened = open_sealed(stored, lane=row.lane, encryptor=self.encryptor)
         except InvalidPayload as exc:
             return Outcome.permanent(str(exc))  # "cannot decrypt field 'x': key id 'k1' is ..."
         try:
