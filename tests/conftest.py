@@ -14,6 +14,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from outbox_adapters.postgres.embedded import find_postgres
 
+# Security promise 2: every log record of the session is checked for canary tokens (tests/log_canary.py).
+pytest_plugins = ["log_canary"]
+
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile(
     "ci",
@@ -21,6 +24,14 @@ settings.register_profile(
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
+)
+# `nox -s chaos` / HYPOTHESIS_PROFILE=chaos: the long fuzzing runs (>= 2,000 examples a property).
+settings.register_profile(
+    "chaos",
+    max_examples=2000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 

@@ -18,6 +18,7 @@ from outbox_adapters.postgres import statements
 STORE = "tests/integration/test_postgres_store.py"
 WORKER = "tests/integration/test_email_worker.py"
 ENCRYPTION = "tests/integration/test_encryption.py"
+STALE_WRITER = "tests/chaos/test_f5_stale_writer.py"  # F5: worker subprocesses, SIGSTOP/SIGCONT
 
 
 @attrs.frozen
@@ -81,7 +82,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "mark-no-token-fence",
         "claim-token fence on marks",
         "drop AND claim_token = :token",
-        f"{STORE}::test_a_late_mark_from_an_expired_claim_is_stale_and_never_applied",
+        f"{STALE_WRITER}::test_f5_a_paused_worker_s_late_failure_never_overwrites_a_sibling_s_delivery",
         _replace("MARK", "  AND claim_token = %(token)s\n", ""),
     ),
     Mutant(
