@@ -4,11 +4,14 @@ What it promises: the schema can be printed, applied and verified; an operator c
 test and a bad one writes nothing; the worker delivers over strict STARTTLS with the operator's CA
 and stops gracefully on SIGTERM; a configuration that can't work exits 2 in one line naming the
 setting; failed rows are listed without their payload; a requeue puts a failed row back and
-refuses a sent one with the reason; environment twins work; the demo's invariants hold.
+refuses a sent one with the reason; environment twins work; the demo's invariants hold. The worker
+sends at most --rows-in-flight rows at once over at most --smtp-sessions sessions, and with --listen
+sends a row committed while it idles at once instead of at its next poll.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -274,6 +277,174 @@ def test_worker_stops_gracefully_on_sigterm(dsn, lane, sink):
     assert re.search(r"worker stopped: .*dispatched 1\b", stdout), stdout
     [(live,)] = query(dsn, "SELECT expires_at > now() FROM outbox_leader WHERE lane = %s", lane)
     assert live is False, "the leader lease was not released at shutdown"
+
+
+# --- worker: rows in flight, SMTP sessions, LISTEN wake-up ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (
+            ["--rows-in-flight", "0"],
+            (
+                "--rows-in-flight (OUTBOX_ROWS_IN_FLIGHT): rows_in_flight must be between 1 and"
+                " the batch size 5, got 0"
+            ),
+        ),
+        (
+            ["--batch-size", "2", "--batch-timeout", "150", "--rows-in-flight", "3"],
+            (
+                "--rows-in-flight (OUTBOX_ROWS_IN_FLIGHT): rows_in_flight must be between 1 and"
+                " the batch size 2, got 3"
+            ),
+        ),
+        (
+            ["--smtp-sessions", "0"],
+            (
+                "--smtp-sessions (OUTBOX_SMTP_SESSIONS): SMTP max_sessions must be a whole number"
+                " from 1 to 64, got 0"
+            ),
+        ),
+        (["--smtp-sessions", "65"], "--smtp-sessions (OUTBOX_SMTP_SESSIONS): SMTP max_sessions"),
+    ],
+)
+def test_worker_refuses_rows_in_flight_or_sessions_it_cannot_use(dsn, lane, sink, args, named):
+    row_id = enqueue_email(dsn, lane, "waiting@example.com")
+
+    result = run_worker(dsn, lane, sink, *args)
+
+    assert result.exit_code == 2
+    assert named in one_line_error(result)
+    assert status_of(dsn, row_id)[:2] == ("pending", 0), "refused before claiming anything"
+    assert sink.received == []
+
+
+@pytest.mark.parametrize(
+    ("rows_in_flight", "sessions", "at_once"),
+    [(1, 4, 1), (3, 4, 3), (3, 1, 1)],
+)
+def test_rows_in_flight_and_smtp_sessions_bound_the_sends_at_once(
+    dsn, lane, sink, monkeypatch, *, rows_in_flight, sessions, at_once
+):
+    """N rows in flight means N messages in the relay's hands at once, never more than sessions."""
+    sending = 0
+    most = 0
+    received = sink.handler.handle_DATA
+
+    async def slow_data(server: Any, session: Any, envelope: Any) -> str:
+        # Runs on the sink's event loop: a message stays "in flight" for half a second, so
+        # concurrent sends overlap here however fast the handshakes are.
+        nonlocal sending, most
+        sending += 1
+        most = max(most, sending)
+        try:
+            await asyncio.sleep(0.5)
+            return await received(server, session, envelope)
+        finally:
+            sending -= 1
+
+    monkeypatch.setattr(sink.handler, "handle_DATA", slow_data)
+    rows = [enqueue_email(dsn, lane, f"batch{n}@example.com") for n in range(3)]
+
+    result = run_worker(
+        dsn, lane, sink,
+        "--rows-in-flight", str(rows_in_flight), "--smtp-sessions", str(sessions),
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    bound = f"rows in flight: {rows_in_flight} (a crash can duplicate at most {rows_in_flight} row"
+    assert bound in result.stdout
+    assert f"up to {sessions} reused session(s)" in result.stdout
+    assert most == at_once
+    assert ("the rest wait for one" in result.stdout) is (rows_in_flight > sessions)
+    assert [status_of(dsn, row_id)[0] for row_id in rows] == ["dispatched"] * 3
+
+
+def test_the_worker_options_default_to_strict_listening_and_the_mailers_sessions(dsn, lane, sink):
+    from outbox_adapters.smtp import SmtpSettings  # noqa: PLC0415 - only this test needs it
+
+    result = run_worker(dsn, lane, sink)
+
+    assert result.exit_code == 0, result.output
+    assert "rows in flight: 1 (a crash can duplicate at most 1 row(s))" in result.stdout
+    default = SmtpSettings.from_url("smtp://relay.example", sender=SENDER).max_sessions
+    assert f"up to {default} reused session(s)" in result.stdout
+    assert "wake-up: LISTEN outbox_wakeup (polling every 0.1s stays the fallback)" in result.stdout
+
+
+def test_the_new_worker_options_have_environment_twins(dsn, lane, sink):
+    env = {
+        "OUTBOX_DATABASE_URL": dsn,
+        "OUTBOX_LANE": lane,
+        "OUTBOX_SMTP_URL": f"smtp://{sink.host}:{sink.port}",
+        "OUTBOX_SMTP_CA_FILE": str(sink.ca_file),
+        "OUTBOX_SENDER": SENDER,
+        "OUTBOX_POLL_INTERVAL": "0.1",
+        "OUTBOX_ROWS_IN_FLIGHT": "2",
+        "OUTBOX_SMTP_SESSIONS": "3",
+        "OUTBOX_LISTEN": "false",
+    }
+    enqueue_email(dsn, lane, "twin@example.com")
+
+    result = outbox("worker", "--drain", env=env)
+
+    assert result.exit_code == 0, result.output
+    assert "rows in flight: 2 (a crash can duplicate at most 2 row(s))" in result.stdout
+    assert "up to 3 reused session(s)" in result.stdout
+    assert "wake-up: polling every 0.1s" in result.stdout
+    assert "LISTEN" not in result.stdout
+    assert re.search(r"worker stopped: .*dispatched 1\b", result.stdout), result.stdout
+
+    refused = outbox("worker", "--drain", env={**env, "OUTBOX_ROWS_IN_FLIGHT": "0"})
+    assert refused.exit_code == 2
+    assert "(OUTBOX_ROWS_IN_FLIGHT): rows_in_flight must be" in one_line_error(refused)
+
+
+def test_a_listening_worker_sends_a_new_row_at_once_not_at_its_next_poll(dsn, lane, sink):
+    """With a 60 s poll, only the NOTIFY of the commit can explain a send within seconds."""
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "OUTBOX_DATABASE_URL": dsn,
+        "OUTBOX_LANE": lane,
+        "OUTBOX_SMTP_URL": f"smtp://{sink.host}:{sink.port}",
+        "OUTBOX_SMTP_CA_FILE": str(sink.ca_file),
+        "OUTBOX_SENDER": SENDER,
+    }
+    enqueue_email(dsn, lane, "first@example.com")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "outbox_adapters", "worker", "--poll-interval", "60", "--listen"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # The first row proves the worker has claimed once: it now sleeps on its 60 s poll.
+        deadline = time.monotonic() + 20
+        while not sink.received and time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.05)
+        if not sink.received:
+            worker.kill()
+            pytest.fail(f"the worker sent nothing: {worker.communicate(timeout=20)}")
+
+        enqueue_email(dsn, lane, "second@example.com")
+        committed = time.monotonic()
+        while len(sink.received) < 2 and time.monotonic() < committed + 5:
+            time.sleep(0.02)
+        waited = time.monotonic() - committed
+        assert len(sink.received) == 2, "the row waited for the poll: no wake-up on commit"
+
+        worker.send_signal(signal.SIGTERM)
+        stdout, stderr = worker.communicate(timeout=20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            worker.kill()
+    assert worker.returncode == 0, stderr
+    assert "wake-up: LISTEN outbox_wakeup (polling every 60s stays the fallback)" in stdout
+    assert re.search(r"worker stopped: .*dispatched 2\b", stdout), stdout
+    assert waited < 5
 
 
 # --- failed, requeue, stats -----------------------------------------------------------------------

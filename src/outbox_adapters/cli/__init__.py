@@ -1,0 +1,61 @@
+"""``outbox``: the operator's command line (catalogue A12).
+
+Every option has an ``OUTBOX_*`` environment twin (shown in ``--help``), so a container can be
+configured by environment alone. Exit codes: 0 done; 1 the work found a problem (schema
+incomplete, a requeue refused, the database unreachable, demo invariants broken); 2 the command
+line or configuration can't work, said in one line that names the setting. Secrets are never
+printed: no database URL, no SMTP password (``SmtpSettings.describe()``), no payload values.
+
+One module per command family, each a plain click command or group that this module adds to
+:func:`main`: :mod:`.schema`, :mod:`.enqueue`, :mod:`.worker`, :mod:`.operator` (failed, requeue,
+stats), :mod:`.keys` and :mod:`.demo` (the command only; the demo lives in
+:mod:`outbox_adapters.demo`). What they share (options, errors and exit codes, the database
+helpers) is in :mod:`.options`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from outbox_adapters.cli.demo import demo_command
+from outbox_adapters.cli.enqueue import enqueue_group
+from outbox_adapters.cli.keys import keys_group
+from outbox_adapters.cli.operator import failed_command, requeue_command, stats_command
+from outbox_adapters.cli.options import option
+from outbox_adapters.cli.schema import schema_group
+from outbox_adapters.cli.worker import worker_command
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@option(
+    "--log-level",
+    env="OUTBOX_LOG_LEVEL",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="warning",
+    show_default=True,
+    help="Log level of the library's logs on stderr.",
+)
+def main(log_level: str) -> None:
+    """leased-outbox: operate the transactional outbox (schema, enqueue, worker, requeue, demo)."""
+    root = logging.getLogger()
+    if not root.handlers:  # a host (or a test runner) that configured logging keeps its setup
+        logging.basicConfig(
+            level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+
+
+for _command in (
+    schema_group,
+    enqueue_group,
+    worker_command,
+    failed_command,
+    requeue_command,
+    stats_command,
+    keys_group,
+    demo_command,
+):
+    main.add_command(_command)

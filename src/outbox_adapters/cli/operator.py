@@ -1,0 +1,212 @@
+"""The operator's view of the rows: ``outbox failed``, ``outbox requeue`` and ``outbox stats``.
+
+Nothing here prints a payload value: failed rows are shown by id, lane, attempts and error.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from datetime import UTC, datetime
+
+import click
+
+from outbox_adapters.cli.options import (
+    Failure,
+    SettingError,
+    connection_pool,
+    database_url,
+    lane_option,
+    option,
+    run,
+    setting_error,
+)
+from outbox_adapters.postgres import FailedReport, PostgresStore
+from outbox_core.delivery import Status
+from outbox_core.ports import RequeueRequest, RequeueResult
+
+__all__ = ["failed_command", "requeue_command", "stats_command"]
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.astimezone(UTC).isoformat(timespec="seconds")
+
+
+@click.command("failed")
+@database_url()
+@lane_option(None, "Only this lane.")
+@option(
+    "--limit",
+    env="OUTBOX_FAILED_LIMIT",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Newest failed rows to list.",
+)
+def failed_command(database_url: str, lane: str | None, limit: int) -> None:
+    """Failed rows, grouped by error, then the newest ones (ids, never payload values)."""
+
+    async def read() -> FailedReport:
+        async with connection_pool(database_url) as pool:
+            return await PostgresStore(pool).list_failed(lane=lane, limit=limit)
+
+    report = run(read())
+    if not report.by_error:
+        click.echo("no failed rows" + (f" in lane {lane}" if lane else ""))
+        return
+    click.echo("failed rows by error:")
+    for group in report.by_error:
+        click.echo(
+            f"  {group.rows:>6}  {group.error or '(no error recorded)'}"
+            f"  [{_when(group.first_failed_at)} .. {_when(group.last_failed_at)}]"
+        )
+    click.echo(f"newest {len(report.rows)} failed row(s):")
+    click.echo(f"  {'id':>10}  {'lane':<12} {'attempts':>8}  {'failed at':<25}  error")
+    for row in report.rows:
+        click.echo(
+            f"  {row.id:>10}  {row.lane:<12} {row.attempts:>8}  {_when(row.resolved_at):<25}"
+            f"  {row.last_error or '-'}"
+        )
+
+
+def _since(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise setting_error(
+            "--since", "OUTBOX_REQUEUE_SINCE", f"{value!r} is not an ISO time (2026-05-01T12:00Z)"
+        ) from None
+    # A time without an offset is read as UTC, the clock the database stores.
+    return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
+
+
+def _default_actor() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container with an unknown uid)
+        user = f"uid{os.getuid()}" if hasattr(os, "getuid") else "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _requeue_request(  # noqa: PLR0913 - one parameter per option
+    ids: tuple[int, ...],
+    *,
+    all_failed: bool,
+    since: str | None,
+    lane: str | None,
+    error_contains: str | None,
+    yes: bool,
+    actor: str,
+) -> RequeueRequest:
+    filters = since is not None or lane is not None or error_contains is not None
+    if ids and all_failed:
+        raise SettingError("give row ids or --all-failed, not both")
+    if ids:
+        if filters:
+            raise SettingError("--since, --lane and --error-contains go with --all-failed, not ids")
+        return RequeueRequest(actor=actor, row_ids=ids)
+    if not all_failed:
+        raise SettingError("name the rows: give row ids, or --all-failed with filters")
+    if not filters and not yes:
+        raise setting_error(
+            "--yes",
+            "OUTBOX_REQUEUE_YES",
+            "--all-failed without --since/--lane/--error-contains requeues every failed row;"
+            " add --yes to confirm",
+        )
+    return RequeueRequest(
+        actor=actor, lane=lane, failed_since=_since(since), error_contains=error_contains
+    )
+
+
+@click.command("requeue")
+@click.argument("ids", nargs=-1, type=int)
+@database_url()
+@option(
+    "--all-failed",
+    env="OUTBOX_REQUEUE_ALL_FAILED",
+    is_flag=True,
+    help="Requeue every failed row matching the filters.",
+)
+@option(
+    "--since",
+    env="OUTBOX_REQUEUE_SINCE",
+    metavar="ISO-TIME",
+    help="Only rows that failed at or after this time (UTC if no offset).",
+)
+@lane_option(None, "Only rows of this lane.")
+@option(
+    "--error-contains",
+    env="OUTBOX_REQUEUE_ERROR_CONTAINS",
+    metavar="TEXT",
+    help="Only rows whose error contains TEXT.",
+)
+@option(
+    "--yes", env="OUTBOX_REQUEUE_YES", is_flag=True, help="Confirm --all-failed without a filter."
+)
+@option(
+    "--actor",
+    env="OUTBOX_ACTOR",
+    default=_default_actor,
+    show_default="$USER@host",
+    help="Who requeues (kept in the audit table).",
+)
+def requeue_command(  # noqa: PLR0913, PLR0917 - one parameter per option
+    ids: tuple[int, ...],
+    database_url: str,
+    all_failed: bool,  # noqa: FBT001
+    since: str | None,
+    lane: str | None,
+    error_contains: str | None,
+    yes: bool,  # noqa: FBT001
+    actor: str,
+) -> None:
+    """Put failed rows back to pending (attempts reset, audited). Sent rows are refused."""
+    request = _requeue_request(
+        ids,
+        all_failed=all_failed,
+        since=since,
+        lane=lane,
+        error_contains=error_contains,
+        yes=yes,
+        actor=actor,
+    )
+
+    async def requeue() -> RequeueResult:
+        async with connection_pool(database_url) as pool:
+            return await PostgresStore(pool).requeue_failed(request)
+
+    result = run(requeue())
+    if result.requeued:
+        shown = ", ".join(str(row_id) for row_id in result.requeued)
+        click.echo(f"requeued {len(result.requeued)} row(s) as {actor}: {shown}")
+    elif not result.refused:
+        click.echo("no failed row matched; nothing requeued")
+    for row_id, reason in result.refused.items():
+        click.echo(f"refused {row_id}: {reason}")
+    if result.refused:
+        raise Failure(f"{len(result.refused)} row(s) refused")
+
+
+@click.command("stats")
+@database_url()
+def stats_command(database_url: str) -> None:
+    """Rows per lane and status."""
+
+    async def counts() -> dict[str, dict[Status, int]]:
+        async with connection_pool(database_url) as pool:
+            return await PostgresStore(pool).counts()
+
+    result = run(counts())
+    if not result:
+        click.echo("the outbox is empty")
+        return
+    width = max(12, *(len(lane) for lane in result))
+    click.echo(f"{'lane':<{width}}" + "".join(f"  {status.value:>10}" for status in Status))
+    for lane, by_status in sorted(result.items()):
+        click.echo(
+            f"{lane:<{width}}" + "".join(f"  {by_status.get(status, 0):>10}" for status in Status)
+        )

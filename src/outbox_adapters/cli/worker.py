@@ -1,0 +1,400 @@
+"""``outbox worker``: claim, send and mark e-mail rows until SIGTERM/SIGINT (or ``--drain``).
+
+Every setting is checked before the first connection (a broken one exits 2 naming it); then the
+worker prints what it will do: timing, the duplicate bound of ``--rows-in-flight``, the relay and
+its sessions, the sealed-field keys, and how it wakes (LISTEN, or polling alone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+import click
+
+from outbox_adapters.cli.options import (
+    Failure,
+    SettingError,
+    connection_pool,
+    database_errors,
+    database_url,
+    describe_keys,
+    encryption_keys,
+    encryptor_from,
+    lane_option,
+    option,
+    run,
+    setting_error,
+)
+from outbox_adapters.clock import SystemClock
+from outbox_adapters.email import EMAIL_LANE, EmailHandler
+from outbox_adapters.postgres import (
+    WAKEUP_CHANNEL,
+    PostgresLeaderLease,
+    PostgresStore,
+    WakeupListener,
+    schema,
+)
+from outbox_adapters.wakeup import Wakeup
+from outbox_adapters.worker import LaneConfig, Worker, WorkerStats
+from outbox_core.errors import ConfigurationError, InvalidMessage
+from outbox_core.mail import validate_address
+from outbox_core.ports import Encryptor
+from outbox_core.timing import EmailTiming
+
+if TYPE_CHECKING:
+    # The smtp extra is imported when the command runs, so `outbox schema sql` works without it.
+    from outbox_adapters.smtp import SmtpSettings
+
+__all__ = ["worker_command"]
+
+
+@attrs.frozen
+class WorkerOptions:
+    """The worker's settings after validation."""
+
+    database_url: str
+    config: LaneConfig
+    sender: str
+    sender_name: str | None
+    drain: bool
+    leader: bool
+    listen: bool
+    encryptor: Encryptor | None = None
+
+
+def _budgets(pairs: Sequence[str]) -> dict[str, float]:
+    budgets: dict[str, float] = {}
+    for pair in pairs:
+        name, _, seconds = pair.partition("=")
+        try:
+            budgets[name.strip()] = float(seconds)
+        except ValueError:
+            names = ", ".join(EmailTiming.override_names())
+            raise setting_error(
+                "--budget",
+                "OUTBOX_BUDGET",
+                f"expected STEP=SECONDS with STEP one of {names}; got {pair!r}",
+            ) from None
+    return budgets
+
+
+def _timing(budgets: Sequence[str], batch_size: int, batch_timeout: float | None) -> EmailTiming:
+    try:
+        return EmailTiming.with_overrides(
+            _budgets(budgets), batch_size=batch_size, batch_timeout=batch_timeout
+        )
+    except ConfigurationError as exc:
+        raise SettingError(f"timing (--budget, --batch-size, --batch-timeout): {exc}") from None
+
+
+def _lane_config(
+    lane: str, timing: EmailTiming, poll_interval: float, rows_in_flight: int
+) -> LaneConfig:
+    try:
+        return LaneConfig(
+            lane=lane, timing=timing, poll_interval=poll_interval, rows_in_flight=rows_in_flight
+        )
+    except ConfigurationError as exc:
+        # poll_interval is already checked by click; only rows_in_flight can be refused here.
+        raise setting_error("--rows-in-flight", "OUTBOX_ROWS_IN_FLIGHT", str(exc)) from None
+
+
+def _smtp_settings(  # noqa: PLR0913 - one parameter per option
+    url: str,
+    *,
+    tls: str,
+    sender: str,
+    environment: str,
+    allow_plaintext: bool,
+    ca_file: str | None,
+    sessions: int,
+) -> SmtpSettings:
+    try:
+        from outbox_adapters.smtp import SmtpSettings  # noqa: PLC0415 - the smtp extra
+    except ImportError:
+        raise Failure(
+            "the worker needs the smtp extra: pip install 'leased-outbox[smtp]'"
+        ) from None
+    try:
+        validate_address(sender)
+    except InvalidMessage as exc:
+        raise setting_error("--sender", "OUTBOX_SENDER", str(exc)) from None
+    try:
+        settings = SmtpSettings.from_url(
+            url,
+            tls=tls,
+            sender=sender,
+            environment=environment,
+            allow_plaintext=allow_plaintext,
+            ca_file=ca_file,
+        )
+    except ConfigurationError as exc:
+        # Each message names its setting (URL, mode and environment, credentials).
+        raise SettingError(f"SMTP (--smtp-url, --smtp-tls, --environment): {exc}") from None
+    try:
+        # evolve re-runs the validators: 1..MAX_SESSIONS_LIMIT, a whole number.
+        return attrs.evolve(settings, max_sessions=sessions)
+    except ConfigurationError as exc:
+        raise setting_error("--smtp-sessions", "OUTBOX_SMTP_SESSIONS", str(exc)) from None
+
+
+@click.command("worker")
+@database_url()
+@option(
+    "--smtp-url",
+    env="OUTBOX_SMTP_URL",
+    required=True,
+    metavar="URL",
+    help="smtp://[user:pass@]host:port of the relay.",
+)
+@option(
+    "--smtp-tls",
+    env="OUTBOX_SMTP_TLS",
+    type=click.Choice(["starttls", "tls", "none"], case_sensitive=False),
+    default="starttls",
+    show_default=True,
+    help="starttls: strict upgrade; tls: implicit; none: development only.",
+)
+@option(
+    "--sender",
+    env="OUTBOX_SENDER",
+    required=True,
+    metavar="ADDR",
+    help="The From address (DMARC-aligned).",
+)
+@option("--sender-name", env="OUTBOX_SENDER_NAME", help="The From display name.")
+@option(
+    "--allow-plaintext",
+    env="OUTBOX_ALLOW_PLAINTEXT",
+    is_flag=True,
+    help="Permit --smtp-tls none (never in production).",
+)
+@option(
+    "--environment",
+    env="OUTBOX_ENVIRONMENT",
+    default="development",
+    show_default=True,
+    help="Deployment name; 'production' refuses plaintext SMTP.",
+)
+@option(
+    "--smtp-ca-file",
+    env="OUTBOX_SMTP_CA_FILE",
+    type=click.Path(exists=True, dir_okay=False),
+    help="CA bundle to trust instead of the system store.",
+)
+@option(
+    "--smtp-sessions",
+    env="OUTBOX_SMTP_SESSIONS",
+    type=int,
+    # SmtpSettings' own default (DEFAULT_MAX_SESSIONS); a test keeps the two equal.
+    default=4,
+    show_default=True,
+    metavar="N",
+    help="Most SMTP sessions open to the relay at once (1 to 64), each reused for later messages.",
+)
+@option("--drain", env="OUTBOX_DRAIN", is_flag=True, help="Exit once a claim finds nothing due.")
+@option(
+    "--batch-size",
+    env="OUTBOX_BATCH_SIZE",
+    type=int,
+    default=5,
+    show_default=True,
+    help="Rows per claim.",
+)
+@option(
+    "--batch-timeout",
+    env="OUTBOX_BATCH_TIMEOUT",
+    type=float,
+    metavar="SECONDS",
+    help="Time for one batch [default: batch size x per-row budget].",
+)
+@option(
+    "--rows-in-flight",
+    env="OUTBOX_ROWS_IN_FLIGHT",
+    type=int,
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Rows of a batch sent at the same time (1 to --batch-size): a crash can duplicate at"
+    " most N rows. 1 is the strict mode.",
+)
+@option(
+    "--poll-interval",
+    env="OUTBOX_POLL_INTERVAL",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Sleep after a claim that found less than a batch.",
+)
+@option(
+    "--listen/--no-listen",
+    env="OUTBOX_LISTEN",
+    default=True,
+    show_default=True,
+    help=f"Wake within milliseconds of a commit (LISTEN {WAKEUP_CHANNEL}, one more connection);"
+    " polling stays the fallback.",
+)
+@option(
+    "--budget",
+    "budgets",
+    env="OUTBOX_BUDGET",
+    multiple=True,
+    metavar="STEP=SECONDS",
+    help=f"Override a step budget or the lease grace (repeat): {', '.join(EmailTiming.override_names())}.",
+)
+@lane_option(EMAIL_LANE, "Lane to work.")
+@option(
+    "--leader/--no-leader",
+    env="OUTBOX_LEADER",
+    default=True,
+    show_default=True,
+    help="Hold the lane's leader lease (one worker per lane across replicas).",
+)
+@encryption_keys()
+def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
+    database_url: str,
+    smtp_url: str,
+    smtp_tls: str,
+    sender: str,
+    sender_name: str | None,
+    allow_plaintext: bool,  # noqa: FBT001 - click passes flags positionally by name
+    environment: str,
+    smtp_ca_file: str | None,
+    smtp_sessions: int,
+    drain: bool,  # noqa: FBT001
+    batch_size: int,
+    batch_timeout: float | None,
+    rows_in_flight: int,
+    poll_interval: float,
+    listen: bool,  # noqa: FBT001
+    budgets: tuple[str, ...],
+    lane: str,
+    leader: bool,  # noqa: FBT001
+    encryption_keys: str | None,
+    encryption_keys_file: str | None,
+) -> None:
+    """Claim, send and mark e-mail rows until SIGTERM/SIGINT (or, with --drain, until none is due)."""
+    timing = _timing(budgets, batch_size, batch_timeout)
+    options = WorkerOptions(
+        database_url=database_url,
+        config=_lane_config(lane, timing, poll_interval, rows_in_flight),
+        sender=sender,
+        sender_name=sender_name,
+        drain=drain,
+        leader=leader,
+        listen=listen,
+        encryptor=encryptor_from(encryption_keys, encryption_keys_file),
+    )
+    smtp = _smtp_settings(
+        smtp_url,
+        tls=smtp_tls,
+        sender=sender,
+        environment=environment,
+        allow_plaintext=allow_plaintext,
+        ca_file=smtp_ca_file,
+        sessions=smtp_sessions,
+    )
+    click.echo(f"timing: {timing.describe()}")
+    waits = f"; only {smtp.max_sessions} SMTP session(s) (--smtp-sessions): the rest wait for one"
+    click.echo(
+        f"rows in flight: {rows_in_flight} (a crash can duplicate at most {rows_in_flight} row(s))"
+        + (waits if rows_in_flight > smtp.max_sessions else "")
+    )
+    click.echo(smtp.describe())
+    click.echo(describe_keys(options.encryptor))
+    with database_errors():
+        problems = schema.verify(database_url)
+    if problems:
+        raise Failure(f"the outbox schema is incomplete ({problems[0]}): run `outbox schema apply`")
+    stats = run(_work(options, smtp))
+    click.echo("worker stopped: " + ", ".join(f"{k} {v}" for k, v in attrs.asdict(stats).items()))
+
+
+@contextlib.asynccontextmanager
+async def _wakeup(options: WorkerOptions) -> AsyncIterator[Wakeup | None]:
+    """The lane's LISTEN wake-up (B3), or ``None``: poll only. Prints which one."""
+    every = f"polling every {options.config.poll_interval:g}s"
+    if not options.listen:
+        click.echo(f"wake-up: {every}")
+        yield None
+        return
+    listener = WakeupListener(options.database_url)
+    try:
+        await listener.start()
+    except TimeoutError:  # psycopg's own failures reach database_errors() as they are
+        raise Failure("cannot use the database (--database-url): LISTEN timed out") from None
+    try:
+        click.echo(f"wake-up: LISTEN {WAKEUP_CHANNEL} ({every} stays the fallback)")
+        # The listener holds its subscribers weakly: the worker keeps this one alive.
+        yield listener.wakeup(options.config.lane)
+    finally:
+        await listener.aclose()
+
+
+async def _work(options: WorkerOptions, smtp: SmtpSettings) -> WorkerStats:
+    from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415 - the smtp extra, checked above
+
+    config = options.config
+    # One claim, the leader lease and one mark per row in flight at a time (marks are detached,
+    # so up to rows_in_flight of them run at once), plus one spare.
+    pool_size = 3 + config.rows_in_flight
+    async with (
+        connection_pool(options.database_url, max_size=pool_size) as pool,
+        _wakeup(options) as wakeup,
+        SmtpMailer(smtp) as mailer,
+    ):
+        clock = SystemClock()
+        handler = EmailHandler(
+            mailer,
+            sender=options.sender,
+            sender_name=options.sender_name,
+            clock=clock,
+            encryptor=options.encryptor,
+        )
+        leader = PostgresLeaderLease(pool) if options.leader else None
+        holder = f"{socket.gethostname()}:{os.getpid()}"
+        worker = Worker(
+            PostgresStore(pool),
+            handler,
+            config,
+            clock=clock,
+            leader=leader,
+            holder=holder,
+            wakeup=wakeup,
+        )
+        click.echo(
+            f"lane {config.lane}: holder {holder}, leader lease {'on' if leader else 'off'},"
+            f" {'drain' if options.drain else 'until SIGTERM/SIGINT'}"
+        )
+        with _stop_on_signals(worker.request_stop):
+            return await worker.run(drain=options.drain)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM/SIGINT ask the worker to stop: no new claim, the rows in flight finish."""
+    loop = asyncio.get_running_loop()
+    installed = []
+
+    def on_signal(name: str) -> None:
+        click.echo(f"{name}: stopping (finishing the row in flight, releasing the rest)", err=True)
+        stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # Not on Windows, and not outside the main thread: then Ctrl-C is a KeyboardInterrupt.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
