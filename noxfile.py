@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import fnmatch
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -10,6 +16,9 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
 DEV = ".[dev]"
+# mutmut workers: the CI runners (and the shared dev machine) have two cores.
+MUTMUT_CHILDREN = "2"
+MUTMUT_DOC = "docs/testing.md"
 
 
 @nox.session(python=PYTHON)
@@ -50,6 +59,77 @@ def mutations(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def mutmut(session: nox.Session) -> None:
+    """mutmut over the pure core, judged by tests/unit: every survivor must be explained.
+
+    `nox -s mutmut` runs every mutant from scratch; `nox -s mutmut -- "outbox_core.classify*"`
+    runs (and checks) only the mutants matching the globs. The explained survivors are the
+    backticked mutant names in docs/testing.md; a survivor missing there fails the session.
+    """
+    session.install("-e", DEV, "mutmut>=3.8")
+    shutil.rmtree("mutants", ignore_errors=True)  # no stale verdicts from an earlier tree
+    session.run("mutmut", "run", "--max-children", MUTMUT_CHILDREN, *session.posargs)
+    listing = session.run("mutmut", "results", "--all", "true", silent=True)
+    verdicts = dict(
+        line.strip().rsplit(": ", 1)
+        for line in str(listing).splitlines()
+        if line.strip().startswith("outbox_core.") and ": " in line
+    )
+    if session.posargs:
+        verdicts = {
+            name: verdict
+            for name, verdict in verdicts.items()
+            if any(fnmatch.fnmatchcase(name, glob) for glob in session.posargs)
+        }
+    per_module: dict[str, Counter[str]] = {}
+    for name, verdict in verdicts.items():
+        per_module.setdefault(name.split(".")[1], Counter())[verdict] += 1
+    for module, counts in sorted(per_module.items()):
+        session.log(f"  {module}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+    explained = set(
+        re.findall(r"`(outbox_core\.[^`\s]+__mutmut_\d+)`", Path(MUTMUT_DOC).read_text())
+    )
+    # A timeout is a detection (the mutant hangs the tests); anything else unkilled must be explained.
+    unexplained = sorted(
+        name
+        for name, verdict in verdicts.items()
+        if verdict not in {"killed", "timeout"} and name not in explained
+    )
+    if unexplained:
+        session.error(
+            f"{len(unexplained)} mutant(s) not killed and not explained in {MUTMUT_DOC}: "
+            + ", ".join(unexplained)
+            + " (see `mutmut show NAME`)"
+        )
+    session.log(f"mutmut: {len(verdicts)} mutants, every survivor explained in {MUTMUT_DOC}")
+
+
+@nox.session(python=PYTHON)
+def chaos(session: nox.Session) -> None:
+    """The fault tests of RELIABILITY.md in their long versions; prints every figure at the end."""
+    session.install("-e", DEV)
+    report = Path(session.create_tmp()) / "chaos-report.txt"
+    report.unlink(missing_ok=True)
+    env = {"OUTBOX_CHAOS": "full", "OUTBOX_CHAOS_REPORT": str(report)}
+    try:
+        session.run(
+            "python", "-m", "pytest", "-m", "chaos", "-p", "no:randomly", "-s",
+            *(session.posargs or ["tests/chaos"]), env=env,
+        )  # fmt: skip
+        if not session.posargs:
+            # Hostile input and the security promises, with >= 2,000 Hypothesis examples each.
+            session.run(
+                "python", "-m", "pytest", "-s", "tests/security",
+                env={**env, "HYPOTHESIS_PROFILE": "chaos"},
+            )  # fmt: skip
+    finally:
+        lines = report.read_text().splitlines() if report.exists() else []
+        session.log("chaos figures (RELIABILITY.md):")
+        for line in lines or ["(no figures were reported)"]:
+            session.log(f"  {line}")
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff (check + format) and the import-linter contracts that keep the core sans-IO."""
     session.install("-e", DEV)
@@ -70,3 +150,10 @@ def demo(session: nox.Session) -> None:
     """`outbox demo`: e-mails through embedded PostgreSQL and a local STARTTLS server, checked."""
     session.install("-e", ".[demo]")
     session.run("outbox", "demo", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """The side-by-side benchmarks of PERFORMANCE.md (`nox -s bench -- --quick`): bench/results/."""
+    session.install("-e", ".[dev,bench]")
+    session.run("python", "-m", "bench", *session.posargs)

@@ -20,11 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from outbox_core.errors import InvalidMessage, InvalidPayload
+from outbox_core.errors import InvalidMessage, InvalidPayload, InvalidRecipient
 from outbox_core.mail import build_message
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
-from outbox_core.payload import EmailPayload, decode_payload, validate_payload
+from outbox_core.payload import RESERVED_KEYS, EmailPayload, decode_payload, validate_payload
 from outbox_core.ports import Clock, Encryptor, Mailer
 from outbox_core.sealing import SealingRules, open_sealed
 
@@ -56,9 +56,10 @@ def email_message(  # noqa: PLR0913 - keyword-only, one argument per message par
     scrubbed from the row once it is sent.
 
     With ``encryptor``, the fields named by ``sealing`` (the default scrub keys) are stored sealed
-    under its active key, bound to ``lane`` and the field name.
+    under its active key, bound to ``lane`` and the field name. A field may not be named like a
+    message part (``to``, ``subject``, ``text``, ``html``, ``reply_to``, ``sender_name``).
     """
-    payload: dict[str, Any] = {**(fields or {}), "to": to if isinstance(to, str) else list(to)}
+    payload: dict[str, Any] = {**_template_fields(fields), "to": _recipients(to)}
     payload.update({"subject": subject, "text": text})
     optional = {"html": html, "reply_to": reply_to, "sender_name": sender_name}
     payload.update({key: value for key, value in optional.items() if value is not None})
@@ -69,6 +70,30 @@ def email_message(  # noqa: PLR0913 - keyword-only, one argument per message par
         # because the envelopes make the payload larger.
         checked = validate_payload(sealing.seal(checked, lane=lane, encryptor=encryptor))
     return NewMessage(lane, checked, idempotency_key=idempotency_key, not_before=not_before)
+
+
+def _recipients(to: object) -> str | list[Any]:
+    if isinstance(to, str):
+        return to
+    if isinstance(to, list | tuple):
+        return list(to)  # each one is checked by EmailPayload, with its own reason
+    raise InvalidRecipient(
+        f"'to' must be an address or a list of addresses, not {type(to).__name__}"
+    )
+
+
+def _template_fields(fields: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    # The payload is flat ({**fields, to, subject, ...}) and optional parts are written only when
+    # given, so a field named 'reply_to' would BE the Reply-To (a host passing user-supplied
+    # template variables would let the user set it), 'html' the HTML body, and so on.
+    reserved = sorted(key for key in (fields or {}) if key in RESERVED_KEYS)
+    if reserved:
+        raise InvalidPayload(
+            f"template field {reserved[0]!r} is named like a message part; pass it as the"
+            f" {reserved[0]}= argument, or give the field another name (reserved:"
+            f" {', '.join(sorted(RESERVED_KEYS))})"
+        )
+    return fields or {}
 
 
 class EmailHandler:
@@ -104,9 +129,6 @@ class EmailHandler:
             # permanent failure here, not a handler crash retried for days.
             stored = decode_payload(row.payload)
             opened = open_sealed(stored, lane=row.lane, encryptor=self.encryptor)
-        except InvalidPayload as exc:
-            return Outcome.permanent(str(exc))  # "cannot decrypt field 'x': key id 'k1' is ..."
-        try:
             payload = EmailPayload.from_payload(opened)
             subject, text, html = payload.render()
             if self.suppressed is not None and all(self.suppressed(a) for a in payload.to):
@@ -123,5 +145,7 @@ class EmailHandler:
                 date=self.clock.now(),
             )
         except InvalidMessage as exc:
+            # Decode and decrypt refusals included ("undeliverable: cannot decrypt field 'x': key
+            # id 'k1' is ..."): every refusal of a row's content reads the same in last_error.
             return Outcome.permanent(f"undeliverable: {exc}")
         return await self.mailer.send(mail, budget=budget)

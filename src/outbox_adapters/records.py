@@ -66,7 +66,8 @@ class StoredRow:
     id: int
     lane: str
     status: Status
-    payload: JSONObject
+    #: The decoded payload, or the stored JSON text when it cannot be decoded (a poison row).
+    payload: JSONObject | str
     attempts: int
     next_attempt_at: datetime
     claim_token: str | None

@@ -88,8 +88,11 @@ def _positive(_inst: object, attribute: attrs.Attribute[timedelta], value: timed
 
 
 def _port(_inst: object, _attribute: object, value: int) -> None:
-    if not 1 <= value <= 65535:
-        raise ConfigurationError(f"SMTP port must be 1..65535, got {value}")
+    # bool is an int subclass (True would be port 1); a str would fail the comparison with a
+    # bare TypeError.
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok or not 1 <= value <= 65535:
+        raise ConfigurationError(f"SMTP port must be 1..65535, got {value!r}")
 
 
 def _host(_inst: object, _attribute: object, value: str) -> None:
@@ -183,7 +186,8 @@ class SmtpSettings:
         )
         return cls(
             host=parts.hostname or "",
-            port=port or default_port[mode],
+            # Only a URL without a port gets the mode's default: an explicit ':0' is refused.
+            port=default_port[mode] if port is None else port,
             policy=policy,
             ca_file=ca_file,
         )

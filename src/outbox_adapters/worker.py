@@ -17,8 +17,12 @@ One pass (:meth:`Worker.run_once`) is::
                   it only if the row is still pending under this claim's token (the fence).
 
 A handler that raises is that row's failure (``InvalidMessage`` → permanent, anything else →
-transient) and never strands the rest of the batch. A row whose send is cut off by the batch
-timeout is left alone: it keeps its lease and is claimed again after it (RELIABILITY F10).
+transient) and never strands the rest of the batch. A row whose stored payload the store could not
+decode (``ClaimedRow.payload`` is then the stored text) fails permanently without reaching the
+handler, and a mark that fails for a reason other than the connection is given up (logged and
+counted): the lease brings the row back, and the other rows of the batch go on. A row whose send
+is cut off by the batch timeout is left alone: it keeps its lease and is claimed again after it
+(RELIABILITY F10).
 
 When a claim finds less than a full batch the worker sleeps for the poll interval; given a
 :class:`~outbox_adapters.wakeup.Wakeup` (LISTEN/NOTIFY, B3) it wakes as soon as new work is
@@ -35,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import secrets
 from collections.abc import Callable, Coroutine, Sequence
@@ -48,9 +53,10 @@ from outbox_adapters.wakeup import Wakeup
 from outbox_core.backoff import EMAIL_BACKOFF, Backoff
 from outbox_core.decide import DEFAULT_RETRY_AFTER_CAP, decide
 from outbox_core.delivery import Status
-from outbox_core.errors import ConfigurationError, InvalidMessage
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark
+from outbox_core.errors import ConfigurationError, InvalidMessage, InvalidPayload
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, check_lane_name
 from outbox_core.outcomes import Outcome
+from outbox_core.payload import decode_payload
 from outbox_core.ports import (
     ClaimRequest,
     Clock,
@@ -83,6 +89,34 @@ async def run_detached(coro: Coroutine[Any, Any, T], keep: set[asyncio.Task[Any]
     return await asyncio.shield(task)
 
 
+def _lane(_inst: object, _attribute: object, value: str) -> None:
+    # The producers' rule: a worker started on a lane no row can be written to (a typo'd
+    # --lane) would otherwise poll an empty lane for ever without a word.
+    try:
+        check_lane_name(value)
+    except ValueError as exc:
+        raise ConfigurationError(f"LaneConfig.lane: {exc}") from None
+
+
+def _poll_interval(_inst: object, _attribute: object, value: float) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(
+            f"LaneConfig.poll_interval must be a finite number of seconds above 0, got {value!r}"
+        )
+
+
+def _duration(*, zero_ok: bool) -> Callable[[object, attrs.Attribute[timedelta], timedelta], None]:
+    def check(_inst: object, attribute: attrs.Attribute[timedelta], value: timedelta) -> None:
+        if not isinstance(value, timedelta) or value < timedelta(0) or (not zero_ok and not value):
+            bound = "0s or more" if zero_ok else "above 0s"
+            raise ConfigurationError(
+                f"LaneConfig.{attribute.name} must be a duration {bound}, got {value!r}"
+            )
+
+    return check
+
+
 def _rows_in_flight(inst: LaneConfig, _attribute: object, value: int) -> None:
     if not 1 <= value <= inst.timing.batch_size:
         raise ConfigurationError(
@@ -91,12 +125,17 @@ def _rows_in_flight(inst: LaneConfig, _attribute: object, value: int) -> None:
         )
 
 
+def _claim_budget(_inst: object, _attribute: object, value: timedelta) -> None:
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ConfigurationError(f"claim_budget must be a positive duration, got {value!r}")
+
+
 @attrs.frozen
 class LaneConfig:
     """How one lane is worked. Validated by its parts (``EmailTiming`` checks the budget chain)."""
 
-    #: The lane (queue) to claim from.
-    lane: str = "email"
+    #: The lane (queue) to claim from: a lane name as ``NewMessage`` takes it.
+    lane: str = attrs.field(default="email", validator=_lane)
     #: Budgets, batch size, batch timeout and claim lease.
     timing: EmailTiming = DEFAULT_EMAIL_TIMING
     #: When a transient failure is retried, and when the row gives up.
@@ -104,14 +143,21 @@ class LaneConfig:
     #: Payload keys removed when a row is dispatched or skipped.
     scrub: ScrubRules = attrs.Factory(ScrubRules)
     #: Seconds to sleep when a claim found less than a full batch.
-    poll_interval: float = attrs.field(default=1.0, validator=attrs.validators.gt(0))
-    #: Longest wait a peer's Retry-After can impose.
-    retry_after_cap: timedelta = DEFAULT_RETRY_AFTER_CAP
+    poll_interval: float = attrs.field(default=1.0, validator=_poll_interval)
+    #: Longest wait a peer's Retry-After can impose (0: Retry-After is never honoured).
+    retry_after_cap: timedelta = attrs.field(
+        default=DEFAULT_RETRY_AFTER_CAP, validator=_duration(zero_ok=True)
+    )
     #: Leader lease TTL when a LeaderLease is given.
-    leader_ttl: timedelta = timedelta(seconds=30)
+    leader_ttl: timedelta = attrs.field(
+        default=timedelta(seconds=30), validator=_duration(zero_ok=False)
+    )
     #: Rows of a batch sent at the same time. 1 (the default) is the strict mode: a crash can
     #: duplicate at most the one row in flight. N widens that bound to N rows per crash.
     rows_in_flight: int = attrs.field(default=1, validator=_rows_in_flight)
+
+    #: Longest a claim may take before the worker gives up on it (and backs off).
+    claim_budget: timedelta = attrs.field(default=timedelta(seconds=5), validator=_claim_budget)
 
     @property
     def mark_budget(self) -> timedelta:
@@ -243,9 +289,13 @@ class Worker:
             # Clear, then claim, then wait: a commit that lands during the claim sets it again,
             # so the next pause returns at once instead of sleeping on a due row.
             self.wakeup.clear()
-        rows = await self.store.claim_due(
-            ClaimRequest(self.config.lane, timing.batch_size, lease, token)
-        )
+        # Bounded: on a silent network partition an unbounded claim would wait for the kernel's
+        # retransmission timeout (~15 min) and a stop request would never be honoured. If the
+        # claim did commit, its rows simply come back when their lease ends.
+        async with asyncio.timeout(self.config.claim_budget.total_seconds()):
+            rows = await self.store.claim_due(
+                ClaimRequest(self.config.lane, timing.batch_size, lease, token)
+            )
         report.claimed = len(rows)
         if rows:
             lease_end = claim_start + lease.total_seconds()
@@ -337,6 +387,10 @@ class Worker:
             report.mark_errors += 1
 
     async def _attempt(self, row: ClaimedRow, report: BatchReport, *, budget: float) -> Outcome:
+        if isinstance(row.payload, str):
+            # The store could not decode the stored payload: no handler can send it, so it fails
+            # at once instead of crashing a handler (retried for days) or blocking the lane.
+            return Outcome.permanent(f"undeliverable: {_undecodable(row.payload)}")
         if budget <= 0:
             return Outcome.transient("no time left on the lease to start the send")
         try:
@@ -369,9 +423,19 @@ class Worker:
                         result = await self.store.mark_if_pending(mark)
                     except (OSError, ConnectionError) as exc:
                         _log.warning("mark of row %s failed (%s); retrying", mark.row_id, exc)
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 - a mark must never fail the batch
                         if not _is_connection_problem(exc):
-                            raise
+                            # Not the connection, so a retry won't help (a statement the row
+                            # breaks, a bug). Give up on this row: its lease brings it back. Type
+                            # and id only, no traceback: the error's text may quote the row.
+                            _log.error(
+                                "mark of row %s failed (%s); not recorded, the row will be claimed"
+                                " again after its lease",
+                                mark.row_id,
+                                type(exc).__name__,
+                                extra={"outbox_row": mark.row_id},
+                            )
+                            return None
                         _log.warning("mark of row %s failed (%s); retrying", mark.row_id, exc)
                     else:
                         if result is MarkResult.STALE:
@@ -395,9 +459,15 @@ class Worker:
 
     async def _release(self, row: ClaimedRow, report: BatchReport) -> None:
         with contextlib.suppress(Exception):
-            result = await run_detached(self.store.release(row.id, row.token), self._marks)
+            result = await run_detached(self._release_within_budget(row), self._marks)
             if result is MarkResult.APPLIED:
                 report.released += 1
+
+    async def _release_within_budget(self, row: ClaimedRow) -> MarkResult:
+        # The budget sits inside the detached task: a timeout around run_detached would leave
+        # the shielded task running, and a graceful stop would wait for it for ever.
+        async with asyncio.timeout(self.config.mark_budget.total_seconds()):
+            return await self.store.release(row.id, row.token)
 
     # --- leadership ----------------------------------------------------------------------------
 
@@ -448,6 +518,16 @@ class Worker:
             _log.warning("wake-up signal failed (%r); polling", work.exception())
             return False
         return True
+
+
+def _undecodable(stored: str) -> str:
+    """Why the store could not decode ``stored`` (the payload rules say it without the values)."""
+    try:
+        decode_payload(stored)
+    except InvalidPayload as exc:
+        return str(exc)
+    # Decodable here though the store could not decode it (a store with other rules).
+    return "the stored payload could not be decoded by the store"
 
 
 def _is_connection_problem(exc: BaseException) -> bool:

@@ -97,7 +97,7 @@ def _plain(text: str) -> str:
     return " ".join(spaced.split())
 
 
-def _reason(head: str, detail: str = "") -> str:
+def _reason(head: str, detail: str) -> str:
     text = f"{head}: {detail}" if detail else head
     if len(text) <= _MAX_REASON:
         return text
@@ -148,7 +148,8 @@ def _drop_code(line: str, code: str) -> str:
 
 def classify_smtp_reply(code: int, message: str = "") -> Outcome:
     """Classify the final reply to a command (RFC 5321 §4.2.1: the first digit decides)."""
-    klass = code // 100 if 200 <= code <= 599 else None
+    # Only 200..599 give a class in (2, 4, 5); anything else falls through as unexpected.
+    klass = code // 100
     if klass not in (2, 4, 5):
         # A 1xx/3xx (or a non-code) where a final reply belongs means client and server disagree
         # about where the session is; the message was not accepted, so it is safe to retry.

@@ -32,16 +32,16 @@ MIME boundary is derived from the message id, so the same arguments give the sam
 from __future__ import annotations
 
 import base64
-import binascii
-import codecs
 import email
 import email.policy
 import email.utils
 import hashlib
 import re
 import reprlib
+import unicodedata
 from datetime import UTC, datetime
 from email.message import EmailMessage
+from itertools import zip_longest
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -82,6 +82,12 @@ _LINE_BREAKS = re.compile("\r\n|[\r\x85\u2028\u2029]")
 # An RFC 2047 encoded word, matched more loosely than any decoder reads one (spaces and an
 # RFC 2231 language tag allowed), so that nothing a decoder would decode gets past.
 _ENCODED_WORD = re.compile(r"=\?([^?]*)\?([bBqQ])\?([^?]*)\?=")
+# In a local part, anything that even looks like one: '=?' and '?=' are atext, so a dot-atom can
+# spell an encoded word, and a parser that decodes it in an address header (the standard
+# library's does) may read a line break or another address there.
+_ENCODED_WORD_SYNTAX = re.compile(r"=\?.*\?=")
+# The label separators of IDNA (RFC 3490 §3.1); Python's idna codec splits on each of them.
+_IDNA_DOTS = re.compile("[.\u3002\uff0e\uff61]")
 # RFC 5322 §3.2.3 atext; a dot-atom is atext runs joined by single dots.
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _DOT_ATOM = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*")
@@ -162,6 +168,12 @@ def _check_local(raw: str, local: str) -> str:
         )
     if len(local) > _MAX_LOCAL:
         raise _refuse(raw, f"its local part is {len(local)} octets; the limit is 64 (RFC 5321)")
+    if _ENCODED_WORD_SYNTAX.search(local):
+        raise _refuse(
+            raw,
+            "its local part contains RFC 2047 encoded-word syntax ('=?' ... '?='), which a mail"
+            " parser may decode into other text (a line break, another address)",
+        )
     return local
 
 
@@ -169,10 +181,7 @@ def _normalise_domain(raw: str, domain: str) -> str:
     if domain.startswith("["):
         raise _refuse(raw, "IP-literal domains are not accepted; mail goes to a named domain")
     if not domain.isascii():
-        try:
-            domain = domain.encode("idna").decode("ascii")
-        except UnicodeError as exc:
-            raise _refuse(raw, f"its domain has no IDNA A-label form ({exc})") from exc
+        domain = _a_labels(raw, domain)
     domain = domain.lower()
     labels = domain.split(".")
     if len(labels) < 2:
@@ -189,6 +198,31 @@ def _normalise_domain(raw: str, domain: str) -> str:
     if labels[-1].isdigit():
         raise _refuse(raw, "its top-level label is all digits (an IP address is not accepted)")
     return domain
+
+
+def _a_labels(raw: str, domain: str) -> str:
+    """The A-label form of a Unicode domain, refused if IDNA 2003 would change what it names.
+
+    Python's ``idna`` codec is IDNA 2003 (RFC 3490): its nameprep *maps* the IDNA 2008 deviation
+    characters (``ß`` → ``ss``, the final sigma to the plain one, ZWJ/ZWNJ dropped), so ``straße.de`` would go
+    out as ``strasse.de``, another registered domain under IDNA 2008 (RFC 5891), which registries
+    use. The core has no IDNA 2008 tables, so a domain whose A-labels don't decode back to the
+    labels given (NFC, lower-cased) is refused instead of delivered elsewhere.
+    """
+    try:
+        ascii_form = domain.encode("idna").decode("ascii")
+        back = _IDNA_DOTS.split(ascii_form.encode("ascii").decode("idna").lower())
+    except UnicodeError as exc:
+        raise _refuse(raw, f"its domain has no IDNA A-label form ({exc})") from exc
+    given = _IDNA_DOTS.split(unicodedata.normalize("NFC", domain).lower())
+    if back != given:
+        before, after = next((g, b) for g, b in zip_longest(given, back, fillvalue="") if g != b)
+        raise _refuse(
+            raw,
+            f"its domain would be changed by IDNA 2003 mapping ({before} → {after}): write the"
+            " A-label form if you mean it",
+        )
+    return ascii_form
 
 
 # --------------------------------------------------------------------------- free text
@@ -210,7 +244,7 @@ def clean_text(text: str) -> str:
     return _UNSAFE_IN_BODY.sub("", _LINE_BREAKS.sub("\n", text))
 
 
-def check_header_value(value: str) -> str:
+def check_header_value(value: str, *, field: str = "header value") -> str:
     """Return ``clean_line(value)``, or raise :class:`UnsafeHeader`.
 
     Refused: any RFC 2047 encoded word (the library encodes non-ASCII text itself, and a
@@ -218,42 +252,27 @@ def check_header_value(value: str) -> str:
     decodes to a newline, a quote or an angle bracket could add a header or change an address),
     and values longer than 998 characters after cleaning (RFC 5322 §2.1.1 limits a line to 998
     octets; longer text is no subject or name, and a limit keeps hostile sizes out of logs).
+
+    The error names ``field``, the problem and where it is, never the value: a value is often a
+    rendered template, and a rendered subject can hold a secret link that the error would copy
+    into the row's last error, the logs and the requeue audit, where no scrub reaches.
     """
     if not isinstance(value, str):
-        raise UnsafeHeader(f"a header value must be a string, got {_shown(value)}")
+        raise UnsafeHeader(f"the {field} must be a string, not {type(value).__name__}")
     cleaned = clean_line(value)
     word = _ENCODED_WORD.search(cleaned)
     if word:
         raise UnsafeHeader(
-            f"header value {_shown(value)} contains the RFC 2047 encoded word"
-            f" {_shown(word.group())}, which decodes to {_shown(_decode_word(word))};"
-            " pre-encoded words are refused because decoding them could add a header or line"
+            f"the {field} contains an RFC 2047 encoded word ('=?charset?B|Q?...?=') at"
+            f" character {word.start() + 1} of {len(cleaned)}; pre-encoded words are refused"
+            " because decoding them could add a header or line"
         )
     if len(cleaned) > MAX_HEADER_LENGTH:
         raise UnsafeHeader(
-            f"header value {_shown(value)} is {len(cleaned)} characters long; the limit is"
-            " 998 (the RFC 5322 §2.1.1 line limit)"
+            f"the {field} is {len(cleaned)} characters long; the limit is 998 (the RFC 5322"
+            " §2.1.1 line limit)"
         )
     return cleaned
-
-
-def _decode_word(word: re.Match[str]) -> str:
-    """What a mail reader would make of an encoded word (for the error message only)."""
-    charset, kind, text = word.groups()
-    data = text.encode("utf-8")
-    if kind in "qQ":
-        raw = binascii.a2b_qp(data, header=True)
-    else:
-        try:
-            raw = binascii.a2b_base64(data + b"==")  # readers repair missing padding
-        except binascii.Error:
-            return "nothing decodable"
-    charset = charset.partition("*")[0]  # drop an RFC 2231 language tag
-    try:
-        codecs.lookup(charset)
-    except LookupError:
-        charset = "latin-1"
-    return raw.decode(charset, errors="replace")
 
 
 # --------------------------------------------------------------------------- messages
@@ -317,11 +336,11 @@ def build_message(  # noqa: PLR0913 - keyword-only, one argument per header
         sender=validate_address(sender),
         recipients=_recipients(to),
         reply_to=None if reply_to is None else validate_address(reply_to),
-        subject=check_header_value(subject),
+        subject=check_header_value(subject, field="subject"),
         date=_utc(date),
         message_id=message_id,
     )
-    name = "" if sender_name is None else check_header_value(sender_name)
+    name = "" if sender_name is None else check_header_value(sender_name, field="sender_name")
     msg = EmailMessage(policy=_POLICY)
     # The library writes every header itself; the email package only builds the MIME body.
     msg.set_raw("From", _mailbox("From", name, intended.sender))
@@ -432,14 +451,36 @@ def _verify_wire(data: bytes, intended: _Intended, *, multipart: bool) -> None:
             "the serialised message is not 7-bit text in CRLF lines of at most 998 octets;"
             " it was not sent"
         )
-    parsed = email.message_from_bytes(data, policy=email.policy.default)
     want_names = [*_HEADERS, *(["reply-to"] if intended.reply_to else [])]
     if multipart:
         want_names.remove("content-transfer-encoding")
     want_types = (
         ["multipart/alternative", "text/plain", "text/html"] if multipart else ["text/plain"]
     )
-    checks: list[tuple[str, object, object]] = [
+    try:
+        checks = _reparse(data, intended, want_names, want_types)
+    except Exception as exc:  # noqa: BLE001 - whatever the parser raises, the answer is "not sent"
+        # E.g. ValueError("address parts cannot contain CR or LF") for an address that decodes
+        # to a line break. Named by type only: the parser's text may quote the message.
+        raise UnsafeHeader(
+            f"the serialised message could not be re-parsed ({type(exc).__name__}); it was not sent"
+        ) from None
+    for what, got, want in checks:
+        if got != want:
+            # Which part differs, never the values: they are rendered text (a subject can hold a
+            # secret link) and must not reach the row's last error or the logs.
+            raise UnsafeHeader(
+                f"the serialised message does not re-parse as intended ({what} differ);"
+                " it was not sent"
+            )
+
+
+def _reparse(
+    data: bytes, intended: _Intended, want_names: list[str], want_types: list[str]
+) -> list[tuple[str, object, object]]:
+    """Each checked part of the message: (what, as re-parsed, as intended)."""
+    parsed = email.message_from_bytes(data, policy=email.policy.default)
+    return [
         ("header names", sorted(key.lower() for key in parsed), sorted(want_names)),
         ("From", _addresses(parsed["From"]), [intended.sender]),
         ("To", _addresses(parsed["To"]), list(intended.recipients)),
@@ -453,12 +494,6 @@ def _verify_wire(data: bytes, intended: _Intended, *, multipart: bool) -> None:
         ("Message-ID", str(parsed["Message-ID"]), intended.message_id),
         ("MIME parts", [part.get_content_type() for part in parsed.walk()], want_types),
     ]
-    for what, got, want in checks:
-        if got != want:
-            raise UnsafeHeader(
-                f"the serialised message's {what} re-parse as {_shown(got)}, not the intended"
-                f" {_shown(want)}; it was not sent"
-            )
 
 
 def _addresses(header: Any) -> list[str]:  # noqa: ANN401 - a parsed header, or None

@@ -17,7 +17,15 @@ import attrs
 from outbox_core._validators import aware, optional_aware
 from outbox_core.delivery import Status
 
-__all__ = ["ClaimToken", "ClaimedRow", "JSONObject", "Mark", "NewMessage", "RowId"]
+__all__ = [
+    "ClaimToken",
+    "ClaimedRow",
+    "JSONObject",
+    "Mark",
+    "NewMessage",
+    "RowId",
+    "check_lane_name",
+]
 
 #: A decoded JSON object, as stored in a row's payload.
 JSONObject: TypeAlias = Mapping[str, Any]
@@ -55,9 +63,17 @@ class ClaimToken:
 _LANE_ALPHABET = frozenset(string.ascii_lowercase + string.digits + "_.-")
 
 
-def _lane(_inst: object, _attribute: object, value: str) -> None:
+def check_lane_name(value: object) -> str:
+    """Return ``value`` if it can name a lane (1 to 64 characters of ``[a-z0-9_.-]``), else raise
+    ``ValueError``. One rule for producers (:class:`NewMessage`) and workers, so a worker can't be
+    started on a lane no row can ever be written to."""
     if not isinstance(value, str) or not 1 <= len(value) <= 64 or not set(value) <= _LANE_ALPHABET:
-        raise ValueError(f"a lane name is 1 to 64 characters of [a-z0-9_.-], got {value!r}")
+        raise ValueError(f"a lane name is 1 to 64 characters of [a-z0-9_.-], got {value!r:.80}")
+    return value
+
+
+def _lane(_inst: object, _attribute: object, value: str) -> None:
+    check_lane_name(value)
 
 
 def _idempotency_key(_inst: object, _attribute: object, value: str | None) -> None:
@@ -94,8 +110,11 @@ class ClaimedRow:
     id: RowId
     #: The lane (queue) the row belongs to, e.g. ``"email"``.
     lane: str
-    #: The decoded payload, exactly as enqueued.
-    payload: JSONObject
+    #: The decoded payload, exactly as enqueued; or, as a ``str``, the stored JSON text of a
+    #: payload the store could not decode (written around enqueue: not an object, nested too
+    #: deep, a number Python won't read). The store still hands such a row out, so that one bad
+    #: row never fails a whole claim; the worker fails it permanently without calling a handler.
+    payload: JSONObject | str
     #: Claims so far, this one included (always >= 1 on a claimed row).
     attempts: int = attrs.field(validator=attrs.validators.ge(1))
     #: The fencing token of this claim.

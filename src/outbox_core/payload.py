@@ -41,7 +41,13 @@ from typing import Any
 import attrs
 
 from outbox_core.errors import ConfigurationError, InvalidPayload
-from outbox_core.mail import check_header_value, clean_line, clean_text, validate_address
+from outbox_core.mail import (
+    MAX_RECIPIENTS,
+    check_header_value,
+    clean_line,
+    clean_text,
+    validate_address,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -92,15 +98,31 @@ def decode_payload(raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
         except UnicodeDecodeError as exc:
             raise InvalidPayload(f"the stored payload is not UTF-8 ({exc.reason})") from exc
     if isinstance(raw, str):
-        try:
-            obj: object = json.loads(raw, parse_constant=_no_constant)
-        except (ValueError, RecursionError) as exc:
-            raise InvalidPayload(f"the stored payload is not valid JSON ({exc})") from exc
+        obj: object = _loads(raw)
+        if not isinstance(obj, dict):
+            raise InvalidPayload(
+                f"the stored payload is a JSON {_json_kind(obj)}, not a JSON object"
+            )
     elif isinstance(raw, Mapping):
         obj = dict(raw)
     else:
         raise InvalidPayload(f"a stored payload is JSON text or a mapping, not {_kind(raw)}")
     return _canonical(obj, None)
+
+
+def _loads(raw: str) -> object:
+    # PostgreSQL stores what Python can't read back: nesting past the recursion limit, integers
+    # longer than sys.get_int_max_str_digits(). Each is this row's problem, said without its values.
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidPayload(f"the stored payload is not valid JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise InvalidPayload(
+            f"the stored payload nests too deep to decode (a payload may nest {MAX_DEPTH} levels)"
+        ) from exc
+    except ValueError as exc:  # NaN/Infinity, an integer with too many digits
+        raise InvalidPayload(f"the stored payload cannot be decoded ({exc})") from exc
 
 
 def _no_constant(name: str) -> object:
@@ -109,6 +131,14 @@ def _no_constant(name: str) -> object:
 
 def _kind(value: object) -> str:
     return type(value).__name__
+
+
+# What json.loads returns, by the JSON name of the value it read (bool before int: it is one).
+_JSON_KINDS = ((bool, "boolean"), (str, "string"), (int | float, "number"), (list, "array"))
+
+
+def _json_kind(value: object) -> str:
+    return next((name for kind, name in _JSON_KINDS if isinstance(value, kind)), "null")
 
 
 def _canonical(obj: object, max_bytes: int | None) -> dict[str, Any]:
@@ -190,7 +220,14 @@ def _recipients(value: str | Sequence[str]) -> tuple[str, ...]:
         raise InvalidPayload(f"payload field 'to' must be an address or a list, not {_kind(value)}")
     if not value:
         raise InvalidPayload("payload field 'to' names no recipient")
-    return tuple(dict.fromkeys(validate_address(address) for address in value))
+    recipients = tuple(dict.fromkeys(validate_address(address) for address in value))
+    if len(recipients) > MAX_RECIPIENTS:
+        # build_message refuses more at send time: refuse them here, where the caller can catch it.
+        raise InvalidPayload(
+            f"payload field 'to' names {len(recipients)} recipients; the limit is"
+            f" {MAX_RECIPIENTS} (RFC 5321 §4.5.3.1.8)"
+        )
+    return recipients
 
 
 def _optional_address(value: str | None) -> str | None:
@@ -228,9 +265,9 @@ class EmailPayload:
     def __attrs_post_init__(self) -> None:
         # Render once now, so that enqueue refuses what send would refuse.
         subject, _, _ = self.render()
-        check_header_value(subject)
+        check_header_value(subject, field="subject")
         if self.sender_name is not None:
-            check_header_value(self.sender_name)
+            check_header_value(self.sender_name, field="sender_name")
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> EmailPayload:

@@ -9,6 +9,8 @@ A store harness offers:
 - ``store``: the store under test;
 - ``await enqueue(message)``: the producer's path (PostgreSQL: ``enqueue_async`` on a psycopg
   ``AsyncConnection`` inside a transaction that then commits);
+- ``await insert_raw(lane, text)``: a row written AROUND enqueue (a buggy producer, an old row),
+  its payload the JSON ``text`` as it is (PostgreSQL: a plain ``INSERT ... %s::jsonb``), due now;
 - ``now``: an instant at or after the due time of every row the test enqueues without a
   ``not_before``, to inject as ``ClaimRequest.now`` (an hour after the store's clock read at setup);
 - ``await later()``: the store's own clock, strictly after everything it stamped so far and
@@ -81,6 +83,9 @@ class MemoryHarness:
     async def enqueue(self, message: NewMessage) -> EnqueueResult:
         return self.store.enqueue(message)
 
+    async def insert_raw(self, lane: str, text: str) -> int:
+        return int(self.store.insert_raw(lane, text).row_id)
+
     async def later(self) -> datetime:
         self.clock.advance(1)
         at = self.clock.now()
@@ -104,6 +109,16 @@ class PostgresHarness:
     async def enqueue(self, message: NewMessage) -> EnqueueResult:
         async with self.pool.connection() as conn, conn.transaction():
             return await enqueue_async(conn, message)
+
+    async def insert_raw(self, lane: str, text: str) -> int:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "INSERT INTO outbox_message (lane, payload) VALUES (%s, %s::jsonb) RETURNING id",
+                (lane, text),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
 
     async def later(self) -> datetime:
         # clock_timestamp() is the server's time at the call (now() is the transaction's start);

@@ -9,7 +9,9 @@ the producer's idempotency key and its payload refusals.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import re
 import secrets
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -25,7 +27,7 @@ from outbox_adapters.records import MAX_PAYLOAD_BYTES
 from outbox_core.delivery import Status
 from outbox_core.errors import InvalidPayload
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
-from outbox_core.payload import MAX_DEPTH, validate_payload
+from outbox_core.payload import MAX_DEPTH, decode_payload, validate_payload
 from outbox_core.ports import ClaimRequest, MarkResult, OutboxStore, RequeueRequest
 
 LANE = "email"
@@ -119,6 +121,66 @@ async def test_payload_comes_back_as_it_was_enqueued(harness):
     await h.enqueue(NewMessage(LANE, sent))
     (row,) = await h.store.claim_due(claim(h.now))
     assert row.payload == sent
+
+
+# Rows written around enqueue, as JSON text in PostgreSQL's own spelling (jsonb::text), so both
+# stores hand back the same text: not objects, and objects Python can't read (nesting past the
+# recursion limit, an integer longer than sys.get_int_max_str_digits()).
+UNDECODABLE = {
+    "string": ('"to: alice@example.org"', "is a JSON string, not a JSON object"),
+    "number": ("42", "is a JSON number, not a JSON object"),
+    "null": ("null", "is a JSON null, not a JSON object"),
+    "array": ('["alice@example.org"]', "is a JSON array, not a JSON object"),
+    "too-deep": ('{"x": ' + "[" * 3000 + "]" * 3000 + "}", "nests too deep to decode"),
+    "huge-integer": ('{"n": ' + "9" * 5000 + "}", "cannot be decoded (Exceeds the limit"),
+}
+
+
+async def test_a_row_that_cannot_be_decoded_comes_back_as_its_text_and_never_fails_the_claim(
+    harness,
+):
+    h = harness
+    before = (await h.enqueue(message(n="before"))).row_id
+    raw = {name: await h.insert_raw(LANE, text) for name, (text, _) in UNDECODABLE.items()}
+    after = (await h.enqueue(message(n="after"))).row_id
+
+    rows = await h.store.claim_due(claim(h.now, limit=20))
+
+    by_id = {row.id: row for row in rows}
+    assert [row.id for row in rows] == [before, *raw.values(), after]  # claim order holds
+    assert by_id[before].payload == {"n": "before"}
+    assert by_id[after].payload == {"n": "after"}
+    for name, row_id in raw.items():
+        text, reason = UNDECODABLE[name]
+        assert by_id[row_id].payload == text, name  # the stored text, for the worker to refuse
+        with pytest.raises(InvalidPayload, match=re.escape(reason)):
+            decode_payload(by_id[row_id].payload)
+        assert by_id[row_id].attempts == 1
+
+
+@pytest.mark.parametrize("name", ["string", "number", "null", "array", "too-deep"])
+async def test_a_row_that_is_not_an_object_still_takes_every_mark(harness, name):
+    h = harness
+    text, _ = UNDECODABLE[name]
+    row_id = await h.insert_raw(LANE, text)
+    row = await claim_one(h, row_id)
+    # A dispatched mark scrubs: an object loses its secret keys, anything else stays as it is.
+    assert await h.store.mark_if_pending(Mark.dispatched(row, scrub_keys=SECRETS)) is (
+        MarkResult.APPLIED
+    )
+    failed_id = await h.insert_raw(LANE, text)
+    failed = await claim_one(h, failed_id)
+    assert await h.store.mark_if_pending(Mark.failed(failed, "undeliverable")) is (
+        MarkResult.APPLIED
+    )
+    assert (await h.store.counts())[LANE] == {Status.DISPATCHED: 1, Status.FAILED: 1}
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    # Not an object, so get() hands back the stored JSON text rather than failing (an operator
+    # must be able to list a poison row); and the mark kept it: there were no keys to remove.
+    assert isinstance(stored.payload, str)
+    if name != "too-deep":  # Python's json can't read that one back
+        assert json.loads(stored.payload) == json.loads(text)
 
 
 def nested(depth: int) -> dict[str, Any]:

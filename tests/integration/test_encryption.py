@@ -221,7 +221,7 @@ async def test_a_missing_key_fails_at_once_naming_it_and_a_requeue_sends_once_it
 
     row = stored(dsn, lane)[row_id]
     assert (row["status"], row["attempts"]) == ("failed", 1)  # at once, not retried for days
-    assert row["last_error"] == reason
+    assert row["last_error"] == f"undeliverable: {reason}"  # as every refusal of a row's content
     assert sink.received == []
     assert_sealed(row, "k1")  # kept whole for the requeue
 
@@ -268,7 +268,8 @@ async def test_a_ciphertext_copied_into_another_lane_does_not_open(
     row = stored(dsn, lane)[target]
     assert row["status"] == "failed"
     assert row["last_error"].startswith(
-        "cannot decrypt field 'password_reset_url': the value does not authenticate under key id"
+        "undeliverable: cannot decrypt field 'password_reset_url': the value does not authenticate"
+        " under key id"
     )
     assert sink.received == []
 

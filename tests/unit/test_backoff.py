@@ -230,3 +230,33 @@ def test_bad_exponential_settings_are_refused_at_construction(
 ) -> None:
     with pytest.raises(ConfigurationError, match=message):
         ExponentialBackoff(**kwargs)  # type: ignore[arg-type]
+
+
+# --- found by mutation testing (docs/testing.md) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: SlotSchedule(delays=()),
+            "SlotSchedule.delays must hold at least one slot, got none",
+        ),
+        (
+            lambda: ExponentialBackoff(cap=timedelta(seconds=1)),
+            (
+                "ExponentialBackoff.cap (0:00:01) must not be below base (0:00:02): every wait would"
+                " be the cap and base would mean nothing"
+            ),
+        ),
+    ],
+)
+def test_refusals_are_whole_sentences(build: object, message: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        build()  # type: ignore[operator]
+    assert str(refused.value) == message
+
+
+def test_a_cap_equal_to_base_is_allowed_and_every_wait_is_that_value() -> None:
+    backoff = ExponentialBackoff(base=MINUTE, cap=MINUTE, jitter_ratio=0.0)
+    assert [backoff.delay(n, jitter=0.5) for n in (1, 2, 3)] == [MINUTE, MINUTE, MINUTE]

@@ -196,6 +196,22 @@ def test_a_long_reply_is_truncated_to_200_characters() -> None:
     assert classify_smtp_reply(550, "y" * 190).reason == "SMTP 550: " + "y" * 190
 
 
+def test_a_truncated_reason_drops_the_space_before_the_ellipsis() -> None:
+    # The cut lands just after a space: the reason ends "word…", never "word …".
+    reason = classify_smtp_reply(550, "y" * 188 + " " + "z" * 50).reason
+    assert reason == "SMTP 550: " + "y" * 188 + "…"
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"), [(451, TRANSIENT), (550, PERMANENT), (354, TRANSIENT), (999, TRANSIENT)]
+)
+def test_a_reply_without_text_has_a_reason_of_the_code_alone(code: int, kind: OutcomeKind) -> None:
+    outcome = classify_smtp_reply(code)
+    assert outcome.kind is kind
+    assert outcome.reason in {f"SMTP {code}", f"SMTP unexpected reply {code}"}
+    assert ":" not in outcome.reason
+
+
 @given(code=st.integers(200, 599), message=st.text())
 def test_the_outcome_class_follows_the_first_digit(code: int, message: str) -> None:
     expected = {2: SENT, 3: TRANSIENT, 4: TRANSIENT, 5: PERMANENT}[code // 100]
@@ -519,6 +535,12 @@ YEAR = timedelta(days=365)
         ("1e3", None),
         ("1_000", None),
         ("120 seconds", None),
+        # Only OWS (space, tab) is trimmed: other whitespace or junk around the digits is garbage.
+        ("120\n", None),
+        ("\r\n120", None),
+        ("\u00a0120", None),
+        ("\x0b120", None),
+        ("X120X", None),
         ("\u0663", None),  # ARABIC-INDIC DIGIT THREE
         ("\u00b2", None),  # SUPERSCRIPT TWO
         ("", None),

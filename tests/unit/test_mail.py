@@ -161,6 +161,20 @@ HOSTILE_ADDRESSES = [
     ("alice@exa%mple.org", "'exa%mple'"),
     ("alice@ex\u00fcample..org", "no IDNA A-label form"),
     ("alice@" + "ü" * 70 + ".org", "no IDNA A-label form"),
+    ("alice@xn--zz.bücher.example", "no IDNA A-label form"),  # an A-label that doesn't decode
+    # RFC 2047 encoded-word syntax is atext, so a dot-atom can spell one; a parser may decode it.
+    ("=?utf-8?q?=0A?=@example.org", "encoded-word syntax ('=?' ... '?=')"),
+    ("=?utf-8?b?CkJjYzogZXZlQGV2aWwuZXhhbXBsZQ==?=@example.org", "encoded-word syntax"),
+    ("=?utf-8?q?bob?=@example.org", "encoded-word syntax"),  # decodes to harmless text
+    ("x.=?a?=.y@example.org", "encoded-word syntax"),  # not even a well-formed word
+    # IDNA 2003 maps the IDNA 2008 deviation characters: another domain. Refused, not delivered.
+    ("user@straße.de", "changed by IDNA 2003 mapping (straße → strasse): write the A-label form"),
+    ("user@Faß.example", "(faß → fass)"),
+    ("user@βόλος.gr", "(βόλος → βόλοσ)"),  # final sigma
+    ("user@a\u200db.example", "(a\u200db → ab)"),  # ZWJ dropped
+    ("user@exa\u00admple.org", "(exa\u00admple → example)"),  # soft hyphen dropped
+    ("user@a\u2024b.example", "(a\u2024b → a)"),  # one label became two: 'a', 'b'
+    ("user@b.a\u2024", "(a\u2024 → a)"),
 ]
 
 
@@ -194,6 +208,11 @@ def test_the_refusal_message_of_a_huge_value_stays_short() -> None:
         ("bob@BÜCHER.example", "bob@xn--bcher-kva.example"),
         ("bob@bücher。example", "bob@xn--bcher-kva.example"),  # an ideographic full stop
         ("bob@xn--bcher-kva.example", "bob@xn--bcher-kva.example"),
+        ("bob@ΒΌΛΟΣ.gr", "bob@xn--nxasmq6b.gr"),  # an upper-case sigma is not a final one
+        ("bob@Bücher.EXAMPLE", "bob@xn--bcher-kva.example"),  # an ASCII label keeps its case
+        ("bob@xn--strae-oqa.de", "bob@xn--strae-oqa.de"),  # IDNA 2008 A-labels pass as they are
+        ("bob@bu\u0308cher.example", "bob@xn--bcher-kva.example"),  # NFD: the same U-label
+        ("a=b?c@example.org", "a=b?c@example.org"),  # '=' and '?' alone spell no encoded word
         ("x!#$%&'*+-/=?^_`{|}~@a-b.c0.example", "x!#$%&'*+-/=?^_`{|}~@a-b.c0.example"),
         ("a" * 64 + "@example.org", "a" * 64 + "@example.org"),
         ("a@" + "b" * 63 + ".org", "a@" + "b" * 63 + ".org"),
@@ -288,18 +307,19 @@ def test_cleaners_leave_no_unsafe_character_and_are_idempotent(raw: str) -> None
 
 # --------------------------------------------------------------------------- header values
 
+_WORD = "contains an RFC 2047 encoded word ('=?charset?B|Q?...?=') at character"
 HOSTILE_HEADER_VALUES = [
-    ("=?UTF-8?Q?=0A?=Bcc: x@y", "decodes to '\\n'"),
-    ("Hi =?utf-8?q?=0D=0ABcc:_x@y?=", "decodes to '\\r\\nBcc: x@y'"),
-    ("=?utf-8?b?DQpCY2M6IHhAeQ==?=", "decodes to '\\r\\nBcc: x@y'"),
-    ("=?utf-8?b?DQpCY2M6IHhAeQ?=", "decodes to '\\r\\nBcc: x@y'"),  # padding missing
-    ("=?utf-8?q?a=22_=3Cevil=40x=3E?=", "decodes to 'a\" <evil@x>'"),  # no control, still refused
-    ("=?utf-8?q?caf=C3=A9?=", "decodes to 'café'"),
-    ("=?iso-8859-1*en?q?caf=E9?=", "decodes to 'café'"),  # RFC 2231 language tag
-    ("=?no-such-charset?B?SGk=?=", "decodes to 'Hi'"),
-    ("=?utf-8?b?Y?=", "nothing decodable"),  # malformed base64
-    ("=?utf-8?q?=ZZ?=", "decodes to '=ZZ'"),  # malformed quoted-printable
-    ("=\x00?utf-8?q?=0A?=", "decodes to '\\n'"),  # appears only once the NUL is removed
+    ("=?UTF-8?Q?=0A?=Bcc: x@y", f"{_WORD} 1 of 23"),  # decodes to a LF
+    ("Hi =?utf-8?q?=0D=0ABcc:_x@y?=", f"{_WORD} 4 of 29"),  # CRLF + a header
+    ("=?utf-8?b?DQpCY2M6IHhAeQ==?=", f"{_WORD} 1 of"),
+    ("=?utf-8?b?DQpCY2M6IHhAeQ?=", f"{_WORD} 1 of"),  # padding missing
+    ("=?utf-8?q?a=22_=3Cevil=40x=3E?=", f"{_WORD} 1 of"),  # no control, still refused
+    ("=?utf-8?q?caf=C3=A9?=", f"{_WORD} 1 of"),  # harmless text, still refused
+    ("=?iso-8859-1*en?q?caf=E9?=", f"{_WORD} 1 of"),  # RFC 2231 language tag
+    ("=?no-such-charset?B?SGk=?=", f"{_WORD} 1 of"),
+    ("=?utf-8?b?Y?=", f"{_WORD} 1 of"),  # malformed base64
+    ("=?utf-8?q?=ZZ?=", f"{_WORD} 1 of"),  # malformed quoted-printable
+    ("=\x00?utf-8?q?=0A?=", f"{_WORD} 1 of 15"),  # appears only once the NUL is removed
     (
         "x" * (MAX_HEADER_LENGTH + 1),
         "is 999 characters long; the limit is 998 (the RFC 5322 §2.1.1 line limit)",
@@ -315,8 +335,28 @@ def test_unsafe_header_values_are_refused(raw: str, reason: str) -> None:
 
 
 def test_a_header_value_must_be_a_string() -> None:
-    with pytest.raises(UnsafeHeader, match="must be a string"):
+    with pytest.raises(UnsafeHeader, match=r"^the header value must be a string, not bytes$"):
         check_header_value(b"subject")  # type: ignore[arg-type]
+
+
+SECRET_LINK = "https://shop.example/reset?token=s3cr3t-t0ken"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (f"Reset {SECRET_LINK} =?utf-8?q?=0A?=", f"the subject {_WORD} 53 of 67; pre-encoded"),
+        (f"Reset {SECRET_LINK}" + "x" * 1000, "the subject is 1051 characters long; the limit"),
+        (["Reset", SECRET_LINK], "the subject must be a string, not list"),
+    ],
+)
+def test_a_refusal_names_the_field_and_never_echoes_the_value(value: object, reason: str) -> None:
+    # A rendered subject can hold a secret link: the error goes to last_error, logs and audit.
+    with pytest.raises(UnsafeHeader) as caught:
+        check_header_value(value, field="subject")  # type: ignore[arg-type]
+    assert str(caught.value).startswith(reason)
+    assert "s3cr3t" not in str(caught.value)
+    assert "Reset" not in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -634,6 +674,27 @@ def test_the_output_gate_refuses_bytes_that_differ_from_the_intent(
     with pytest.raises(UnsafeHeader, match=what) as caught:
         mail._verify_wire(data, _intended(out, **changes), multipart=multipart)
     assert "it was not sent" in str(caught.value)
+
+
+def test_the_output_gate_never_echoes_the_values_it_compared() -> None:
+    out = build(subject=f"Reset: {SECRET_LINK}")
+    with pytest.raises(UnsafeHeader, match=r"\(Subject differ\)") as caught:
+        mail._verify_wire(out.data, _intended(out, subject="Reset"), multipart=False)
+    assert "s3cr3t" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "to",
+    [b"To: =?utf-8?q?=0A?=@example.org", b"To: =?utf-8?b?CkJjYzogZXZlQGV2aWwuZXhhbXBsZQ==?=@x.org"],
+)
+def test_the_output_gate_turns_any_parser_error_into_unsafe_header(to: bytes) -> None:
+    # An address the parser decodes into a line break makes it raise a bare ValueError; the gate
+    # must answer UnsafeHeader (a permanent failure), never let it escape (a crash, retried).
+    out = build()
+    data = out.data.replace(b"To: alice@example.org", to)
+    assert data != out.data
+    with pytest.raises(UnsafeHeader, match=r"could not be re-parsed \(ValueError\); it was not"):
+        mail._verify_wire(data, _intended(out), multipart=False)
 
 
 def test_the_output_gate_checks_the_mime_structure() -> None:

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from outbox_core.delivery import Status
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, check_lane_name
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TOKEN = ClaimToken.from_entropy(bytes(range(16)))
@@ -73,6 +73,29 @@ def test_named_mark_constructors_carry_the_claim_token() -> None:
 def test_marks_that_cannot_exist_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Mark(row_id=1, token=TOKEN, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("good", ["email", "a", "x" * 64, "billing.v2_eu-1"])
+def test_a_lane_name_is_lower_case_letters_digits_and_dot_dash_underscore(good: str) -> None:
+    assert check_lane_name(good) == good
+
+
+@pytest.mark.parametrize("bad", ["", "Email", "email ", "x" * 65, "e/mail", None, 7])
+def test_a_lane_name_outside_the_rule_is_refused_naming_it(bad: object) -> None:
+    with pytest.raises(
+        ValueError, match=r"^a lane name is 1 to 64 characters of \[a-z0-9_.-\], got"
+    ):
+        check_lane_name(bad)
+
+
+def test_a_refused_lane_name_is_shown_short() -> None:
+    with pytest.raises(ValueError, match="lane name") as caught:
+        check_lane_name("X" * 1000)
+    assert str(caught.value).endswith("got '" + "X" * 79)  # the repr, cut at 80 characters
+
+
+def test_a_claimed_row_may_carry_the_stored_text_of_an_undecodable_payload() -> None:
+    assert make_row(payload='{"to": 99999}').payload == '{"to": 99999}'
 
 
 def test_new_message_validates_lane_payload_and_key() -> None:

@@ -34,3 +34,25 @@ def test_named_constructors_build_each_kind() -> None:
 def test_impossible_combinations_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Outcome(**kwargs)  # type: ignore[arg-type]
+
+
+# --- found by mutation testing (docs/testing.md) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"kind": OutcomeKind.TRANSIENT, "reason": "503", "disable_endpoint": True},
+            "only a permanent outcome can disable an endpoint",
+        ),
+        (
+            {"kind": OutcomeKind.PERMANENT, "reason": "550", "maybe_delivered": True},
+            "maybe_delivered describes a transient failure only",
+        ),
+    ],
+)
+def test_impossible_flag_combinations_are_refused_in_whole_sentences(kwargs, message) -> None:
+    with pytest.raises(ValueError) as refused:
+        Outcome(**kwargs)
+    assert str(refused.value) == message

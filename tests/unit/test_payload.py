@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from outbox_core.errors import ConfigurationError, InvalidPayload, InvalidRecipient, UnsafeHeader
-from outbox_core.mail import clean_line, clean_text
+from outbox_core.mail import MAX_RECIPIENTS, clean_line, clean_text
 from outbox_core.payload import (
     DEFAULT_MAX_BYTES,
     MAX_DEPTH,
@@ -206,13 +206,19 @@ def test_the_size_limit_is_exact(obj: dict[str, Any], limit: int) -> None:
         ('{"a": NaN}', "NaN is not JSON"),
         ('{"a": Infinity}', "Infinity is not JSON"),
         ('{"a": -Infinity}', "-Infinity is not JSON"),
-        ("[1, 2]", "must be a JSON object (a dict), not list"),
-        ('"text"', "not str"),
-        ("null", "not NoneType"),
+        ("[1, 2]", "the stored payload is a JSON array, not a JSON object"),
+        ('"text"', "the stored payload is a JSON string, not a JSON object"),
+        ("null", "the stored payload is a JSON null, not"),
+        ("42", "the stored payload is a JSON number, not"),
+        ("-1.5e3", "the stored payload is a JSON number, not"),
+        ("true", "the stored payload is a JSON boolean, not"),
         ('{"a": "\\u0000"}', "contains U+0000"),
         ('{"a": "\\ud800"}', "contains U+D800"),
         (b'{"a": "\xff"}', "not UTF-8"),
-        ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
+        # What PostgreSQL stores but Python won't read back: too deep, too many digits.
+        ("[" * 100_000 + "]" * 100_000, "the stored payload nests too deep to decode"),
+        ('{"a": ' + "[" * 3000 + "]" * 3000 + "}", "nests too deep to decode (a payload may"),
+        ('{"n": ' + "9" * 5000 + "}", "the stored payload cannot be decoded (Exceeds the limit"),
         (42, "JSON text or a mapping, not int"),
         ([("a", 1)], "JSON text or a mapping, not list"),
     ],
@@ -276,6 +282,26 @@ def test_to_may_be_a_list_and_repeats_are_dropped() -> None:
     assert EmailPayload.from_payload(payload).to == ("b@xn--bcher-kva.example", "a@example.org")
 
 
+def test_the_recipient_limit_counts_distinct_addresses_and_is_refused_at_enqueue() -> None:
+    # build_message refuses more than MAX_RECIPIENTS at send time; the payload must refuse them
+    # at enqueue, where the caller can still catch it.
+    hundred = [f"u{i}@example.org" for i in range(MAX_RECIPIENTS)]
+    assert len(EmailPayload.from_payload({**RESET, "to": [*hundred, "u0@EXAMPLE.org"]}).to) == 100
+    with pytest.raises(InvalidPayload) as caught:
+        EmailPayload.from_payload({**RESET, "to": [*hundred, "one-more@example.org"]})
+    assert str(caught.value) == (
+        "payload field 'to' names 101 recipients; the limit is 100 (RFC 5321 §4.5.3.1.8)"
+    )
+
+
+def test_a_rendered_subject_is_refused_without_echoing_a_secret_field() -> None:
+    for subject in ("$password_reset_url =?UTF-8?Q?=0A?=", "${password_reset_url}" + "x" * 1000):
+        with pytest.raises(UnsafeHeader) as caught:
+            EmailPayload.from_payload({**RESET, "subject": subject})
+        assert "app.example" not in str(caught.value)
+        assert str(caught.value).startswith("the subject ")
+
+
 def test_optional_fields_may_be_missing_or_null() -> None:
     email = EmailPayload.from_payload(
         {"to": "a@example.org", "subject": "Hi", "text": "", "html": None}
@@ -298,15 +324,16 @@ def test_optional_fields_may_be_missing_or_null() -> None:
         ({"text": None}, InvalidPayload, "'text' must be a string, not NoneType"),
         ({"html": ["<p>"]}, InvalidPayload, "'html' must be a string, not list"),
         ({"sender_name": 1}, InvalidPayload, "'sender_name' must be a string"),
-        ({"sender_name": "=?utf-8?q?=0A?=Bcc: x@y"}, UnsafeHeader, "encoded word"),
+        ({"sender_name": "=?utf-8?q?=0A?=Bcc: x@y"}, UnsafeHeader, "the sender_name contains"),
         ({"subject": "Hi $who"}, InvalidPayload, "'subject' uses $who"),
         ({"text": "$a $b ${password_reset_url}"}, InvalidPayload, "'text' uses $a, $b, but"),
         ({"html": "<p>${missing}</p>"}, InvalidPayload, "'html' uses $missing"),
         ({"text": "sent to $to"}, InvalidPayload, "uses $to"),  # a reserved key
         ({"text": "attempt $attempt_number"}, InvalidPayload, "uses $attempt_number"),  # an int
         ({"subject": "Only $5"}, InvalidPayload, "write '$$' for a literal dollar sign"),
-        ({"name": "=?UTF-8?Q?=0A?=Bcc: x@y"}, UnsafeHeader, "encoded word"),  # via the subject
+        ({"name": "=?UTF-8?Q?=0A?=Bcc: x@y"}, UnsafeHeader, "the subject contains an RFC 2047"),
         ({"name": "x" * 1000}, UnsafeHeader, "the limit is 998"),
+        ({"to": [f"u{i}@example.org" for i in range(101)]}, InvalidPayload, "the limit is 100"),
     ],
 )
 def test_bad_email_payloads_are_refused_at_enqueue(

@@ -296,3 +296,67 @@ def test_reseal_of_a_value_it_cannot_open_names_the_field_and_key() -> None:
     old = sealed_payload(toy("k0", k0=K1))
     with pytest.raises(InvalidPayload, match="key id 'k0' is not configured"):
         reseal(old, lane="email", encryptor=toy("k2", k2=K2))
+
+
+# --- found by mutation testing (docs/testing.md) -----------------------------------------------
+# The associated data and the sealed plaintext are a stored format: rows sealed today must open
+# after an upgrade, so their exact bytes are pinned here.
+
+
+def test_the_associated_data_bytes_are_pinned() -> None:
+    assert field_aad("email", "prénom") == (
+        '["leased-outbox/sealed-field/v1","email","prénom"]'.encode()
+    )
+
+
+def test_the_sealed_plaintext_is_compact_utf8_json() -> None:
+    encryptor = toy()
+    sealed = SealingRules(fields=frozenset({"pdf"})).seal(
+        {"pdf": {"name": "reçu.pdf", "pages": [1, 2]}}, lane="email", encryptor=encryptor
+    )
+    envelope = SealedValue.from_json(sealed["pdf"])
+    plaintext = encryptor.open(envelope, aad=field_aad("email", "pdf"))
+    assert plaintext == '{"name":"reçu.pdf","pages":[1,2]}'.encode()
+
+
+def test_a_nan_is_refused_when_sealing_not_stored_as_non_json() -> None:
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        SealingRules(fields=frozenset({"pdf"})).seal(
+            {"pdf": [float("nan")]}, lane="email", encryptor=toy()
+        )
+
+
+def test_a_one_character_key_id_is_a_key_id() -> None:
+    assert is_key_id("k")
+    assert SealedValue(kid="k", nonce=b"n" * NONCE_BYTES, ciphertext=b"t" * TAG_BYTES).kid == "k"
+
+
+def test_a_ciphertext_of_the_tag_alone_is_well_formed() -> None:
+    # An empty body with its tag is a valid envelope shape; whether it opens is the cipher's call.
+    value = SealedValue(kid="k1", nonce=b"n" * NONCE_BYTES, ciphertext=b"t" * TAG_BYTES)
+    assert len(value.ciphertext) == TAG_BYTES
+
+
+@pytest.mark.parametrize("key", ["n", "ct"])
+def test_base64_with_characters_outside_the_alphabet_is_refused(key: str) -> None:
+    # A lenient decoder would drop the "*" and read the rest; the envelope must be exact.
+    text = base64.b64encode(b"n" * 12).decode()
+    envelope = {**GOOD, "ct": base64.b64encode(b"c" * 24).decode(), key: "*" + text}
+    with pytest.raises(InvalidPayload, match=f"'{key}' is not valid base64"):
+        SealedValue.from_json(envelope)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"pdf"}, "SealingRules.fields must be a frozenset of key names, got set {'pdf'}"),
+        (
+            frozenset({"pdf", 1}),
+            "SealingRules.fields must hold non-empty strings (payload key names), got 1",
+        ),
+    ],
+)
+def test_sealing_rules_refusals_are_whole_sentences(fields, message: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        SealingRules(fields=fields)
+    assert str(refused.value) == message

@@ -441,3 +441,133 @@ def test_verify_never_accepts_what_it_did_not_sign(msg_id: str, timestamp: str, 
     headers = {"webhook-id": msg_id, "webhook-timestamp": timestamp, "webhook-signature": signature}
     with pytest.raises(WebhookVerificationError):
         verify(headers, BODY, [OLD], now=TS)
+
+
+# --- found by mutation testing (docs/testing.md) -----------------------------------------------
+
+
+def test_an_unpadded_32_byte_secret_parses() -> None:
+    # 32 bytes are 43 base64 characters and one "=": the parser must add exactly that one.
+    key = bytes(range(32))
+    bare = base64.b64encode(key).decode().rstrip("=")
+    assert len(bare) % 4 == 3
+    assert WebhookSecret.parse("whsec_" + bare).key == key
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (" ", "the webhook secret is empty"),
+        (
+            "whsec_ab!d" + "A" * 40,
+            "the webhook secret is not standard base64 (after the optional 'whsec_' prefix)",
+        ),
+        ("A" * 33, "the webhook secret's base64 has a length or padding that cannot decode"),
+        (42, "a webhook secret must be text, got int"),
+    ],
+)
+def test_secret_refusals_are_whole_sentences(text, message: str) -> None:
+    with pytest.raises(ConfigurationError) as refused_:
+        WebhookSecret.parse(text)
+    assert str(refused_.value) == message
+
+
+def test_a_key_that_is_not_bytes_is_refused_naming_its_type() -> None:
+    with pytest.raises(ConfigurationError) as refused_:
+        WebhookSecret("k" * 32)  # type: ignore[arg-type]
+    assert str(refused_.value) == "a webhook secret's key must be bytes, got str"
+
+
+def test_sign_and_verify_refusals_are_whole_sentences() -> None:
+    with pytest.raises(InvalidMessage) as empty_id:
+        sign(OLD, msg_id="", timestamp=TS, body=BODY)
+    assert str(empty_id.value) == "the webhook message id '' is empty"
+    with pytest.raises(ConfigurationError) as no_signer:
+        signature_header([], msg_id="msg_1", timestamp=TS, body=BODY)
+    assert str(no_signer.value) == "at least one webhook secret is needed to sign a webhook"
+    with pytest.raises(ConfigurationError) as no_verifier:
+        verify(GOOD, BODY, [], now=TS)
+    assert str(no_verifier.value) == "at least one webhook secret is needed to verify a webhook"
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "now", "message"),
+    [
+        (
+            {**GOOD, "webhook-timestamp": "17e8"},
+            BODY,
+            TS,
+            "the webhook-timestamp header is not Unix seconds (1 to 12 ASCII digits)",
+        ),
+        (
+            GOOD,
+            BODY,
+            TS + 400,
+            (
+                f"the webhook timestamp {TS} is 400 s before now, beyond the 300 s tolerance"
+                " (too old: a replay?)"
+            ),
+        ),
+        (
+            GOOD,
+            BODY,
+            TS - 400,
+            f"the webhook timestamp {TS} is 400 s after now, beyond the 300 s tolerance (too new)",
+        ),
+        (
+            GOOD,
+            BODY.decode(),
+            TS,
+            "the webhook body must be the raw request bytes, not decoded text",
+        ),
+        (
+            {**GOOD, "webhook-signature": f"{GOOD_SIG}  {GOOD_SIG}"},
+            BODY,
+            TS,
+            "the webhook-signature header has an empty entry (a doubled or edge space)",
+        ),
+        (
+            {**GOOD, "webhook-signature": "v1"},
+            BODY,
+            TS,
+            "a webhook-signature entry has no ',' between version and signature",
+        ),
+        (
+            {**GOOD, "webhook-signature": ",abc"},
+            BODY,
+            TS,
+            "a webhook-signature entry has no version before its ','",
+        ),
+        (
+            {**GOOD, "webhook-signature": "v1,AAAA"},
+            BODY,
+            TS,
+            "a v1 signature is not the base64 of a 32-byte HMAC-SHA256",
+        ),
+        (
+            {**GOOD, "webhook-signature": OTHER_SIG},
+            BODY,
+            TS,
+            (
+                "no v1 signature in the webhook matches any of the 1 secrets (wrong secret, or the"
+                " id, timestamp or body changed on the way)"
+            ),
+        ),
+    ],
+)
+def test_verify_refusals_are_whole_sentences(headers, body, now: int, message: str) -> None:
+    with pytest.raises(WebhookVerificationError) as refused_:
+        verify(headers, body, [OLD], now=now, tolerance=timedelta(seconds=300))
+    assert str(refused_.value) == message
+
+
+def test_a_v1_entry_with_a_second_comma_is_malformed_not_skipped() -> None:
+    # "v1,<sig>,x" is a v1 entry whose signature is not base64; it must not read as version
+    # "v1,<sig>" (unknown, skipped) and let the valid signature beside it through.
+    headers = {**GOOD, "webhook-signature": f"{GOOD_SIG} {GOOD_SIG},x"}
+    assert_refused_with(headers, "^a v1 signature is not the base64 of a 32-byte HMAC-SHA256$")
+
+
+def test_unrelated_headers_before_the_webhook_headers_are_ignored() -> None:
+    headers = {"content-type": "application/json", "x-trace": "abc", **GOOD}
+    verify(headers, BODY, [OLD], now=TS)

@@ -354,3 +354,32 @@ def test_derived_webhook_constants_satisfy_the_chain(http_attempt, mark, batch, 
     assert timing.retry_claim_lease() == batch * per_attempt + grace * S
     assert batch * per_attempt <= timing.retry_batch_timeout < timing.retry_claim_lease()
     assert timing.per_attempt <= timing.birth_lease
+
+
+# --- found by mutation testing (docs/testing.md) -----------------------------------------------
+
+
+@pytest.mark.parametrize("seconds", [1e12, -1e12])
+def test_the_largest_convertible_seconds_reach_the_budgets_rule(seconds):
+    # 1e12 seconds still makes a timedelta, so the budget's own range rule is what refuses it.
+    with pytest.raises(ConfigurationError, match=r"^dial must be a duration above 0s"):
+        EmailTiming.with_overrides({"dial": seconds})
+
+
+def test_a_short_birth_lease_is_refused_with_the_whole_reason():
+    with pytest.raises(ConfigurationError) as refused:
+        WebhookTiming(birth_lease=12 * S)
+    assert str(refused.value) == (
+        "birth_lease 12s is shorter than per_attempt 13s (http_attempt 8s + mark 5s): the retry"
+        " worker could claim a fresh delivery while its first attempt is still running, and POST"
+        " it twice"
+    )
+
+
+def test_a_claim_of_the_largest_batch_gets_a_lease():
+    email, webhook = EmailTiming(), WebhookTiming()
+    assert email.claim_lease(MAX_BATCH_SIZE) == MAX_BATCH_SIZE * email.per_row + email.lease_grace
+    assert (
+        webhook.retry_claim_lease(MAX_BATCH_SIZE)
+        == MAX_BATCH_SIZE * webhook.per_attempt + webhook.lease_grace
+    )

@@ -330,3 +330,79 @@ def test_describe_is_one_line_without_the_password(overrides, line: str) -> None
     described = describe(policy(**overrides))
     assert described == line
     assert PASSWORD not in described
+
+
+# --- found by mutation testing (docs/testing.md): refusals are whole sentences -----------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"sender": ""}, "sender is required: set the address mail is sent from"),
+        ({"environment": " "}, "environment must name the deployment, e.g. 'production'"),
+        (
+            {**DEV_PLAINTEXT, "environment": "production"},
+            (
+                "mode 'none' (plaintext SMTP) is refused in environment 'production': production mail"
+                " must use 'starttls' or 'tls', whatever allow_plaintext says"
+            ),
+        ),
+        (
+            {"mode": "none"},
+            (
+                "mode 'none' (plaintext SMTP) needs allow_plaintext=True, an explicit opt-in for a"
+                " local development server"
+            ),
+        ),
+        (
+            {**DEV_PLAINTEXT, **CREDS},
+            "username/password with mode 'none' is refused: AUTH is only sent over TLS",
+        ),
+        # The password is checked even when the username is missing: a NUL is refused first.
+        ({"password": "a\0b"}, "password must be non-empty text without NUL characters"),
+    ],
+)
+def test_policy_refusals_are_whole_sentences(overrides, message) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        policy(**overrides)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        (
+            "starttls",
+            (
+                "the server did not advertise STARTTLS and mode 'starttls' is strict: no plaintext"
+                " fallback (a stripped advertisement is how a downgrade attack looks)"
+            ),
+        ),
+        (
+            "tls",
+            "mode 'tls' expects implicit TLS from the first byte, but the connection is plaintext",
+        ),
+    ],
+)
+def test_starttls_refusals_are_whole_sentences(mode: str, message: str) -> None:
+    action = plan_starttls(POLICIES[mode], starttls_advertised=False, tls_active=False)
+    assert action.reason == message
+
+
+@pytest.mark.parametrize(
+    ("mechanisms", "tls_active", "message"),
+    [
+        ({"PLAIN"}, False, "SMTP credentials are only sent over TLS, and TLS is off"),
+        (
+            {"CRAM-MD5"},
+            True,
+            (
+                "the server offers none of the AUTH mechanisms this mailer supports (PLAIN, LOGIN),"
+                " and credentials are configured"
+            ),
+        ),
+    ],
+)
+def test_auth_refusals_are_whole_sentences(mechanisms, tls_active: bool, message: str) -> None:
+    plan = plan_auth(WITH_CREDS, auth_mechanisms=mechanisms, tls_active=tls_active)
+    assert plan.reason == message

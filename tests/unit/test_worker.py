@@ -13,8 +13,9 @@ from outbox_adapters.worker import LaneConfig, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError, InvalidPayload
-from outbox_core.messages import ClaimedRow, NewMessage
+from outbox_core.messages import ClaimedRow, ClaimToken, NewMessage
 from outbox_core.outcomes import Outcome
+from outbox_core.ports import ClaimRequest
 from outbox_core.timing import EmailTiming
 
 T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
@@ -165,3 +166,108 @@ async def test_drain_ends_when_another_replica_leads_the_lane() -> None:
     worker = Worker(store, handler, LaneConfig(), clock=clock, leader=lease, holder="me")
     await asyncio.wait_for(worker.run(drain=True), timeout=5)
     assert handler.calls == []
+
+
+# --- rows the store could not decode, marks that fail ----------------------------------------------
+
+
+async def test_a_row_whose_payload_can_not_be_decoded_fails_at_once_without_the_handler() -> None:
+    store, clock, [good] = setup(1)
+    deep = store.insert_raw("email", '{"to": ' + "[" * 3000 + "]" * 3000 + "}").row_id
+    scalar = store.insert_raw("email", "42").row_id
+    handler = RecordingHandler()
+
+    report = await worker_for(store, handler, clock).run_once()
+
+    assert [call.row.id for call in handler.calls] == [good]  # never handed to the handler
+    assert (report.claimed, report.failed, report.dispatched, report.handler_errors) == (3, 2, 1, 0)
+    # Not store.rows(): like psycopg's jsonb loader, it can't show a payload nested 3,000 deep.
+    assert await store.counts() == {"email": {Status.FAILED: 2, Status.DISPATCHED: 1}}
+    assert deep not in {row.id for row in await store.claim_due(claim_all())}  # resolved
+    row = await store.get(scalar)
+    assert row is not None
+    assert (row.status, row.attempts) == (Status.FAILED, 1)
+    assert row.last_error == "undeliverable: the stored payload is a JSON number, not a JSON object"
+
+
+def claim_all() -> ClaimRequest:
+    token = ClaimToken.from_entropy(bytes(16))
+    return ClaimRequest("email", 100, timedelta(minutes=5), token, now=T0 + timedelta(days=30))
+
+
+class BrokenMarks(MemoryStore):
+    """A store whose mark raises what no retry can fix (a statement the row breaks, a bug)."""
+
+    def __init__(self, clock: FakeClock, error: Exception) -> None:
+        super().__init__(clock)
+        self.error = error
+        self.marks = 0
+
+    async def mark_if_pending(self, mark):  # type: ignore[no-untyped-def]
+        self.marks += 1
+        if self.marks == 1:
+            raise self.error
+        return await super().mark_if_pending(mark)
+
+
+async def test_a_mark_that_fails_is_given_up_and_counted_and_never_fails_the_batch(caplog) -> None:  # type: ignore[no-untyped-def]
+    clock = FakeClock(T0)
+    secret = "https://shop.example/reset?token=in-the-error-text"
+    store = BrokenMarks(clock, RuntimeError(f"the row broke the statement: {secret}"))
+    first = store.enqueue(NewMessage("email", {"n": 1})).row_id
+    second = store.enqueue(NewMessage("email", {"n": 2})).row_id
+
+    report = await worker_for(store, RecordingHandler(), clock).run_once()
+
+    assert (report.claimed, report.mark_errors, report.dispatched) == (2, 1, 1)
+    assert store.marks == 2  # given up at once: not retried within the mark budget
+    first_row, second_row = await store.get(first), await store.get(second)
+    assert first_row is not None
+    assert second_row is not None
+    assert first_row.status is Status.PENDING  # still leased: claimed again after the lease
+    assert first_row.next_attempt_at > T0
+    assert second_row.status is Status.DISPATCHED  # the batch went on
+    [record] = [r for r in caplog.records if "not recorded" in r.getMessage()]
+    assert record.getMessage() == (
+        f"mark of row {first} failed (RuntimeError); not recorded, the row will be claimed again"
+        " after its lease"
+    )
+    assert secret not in caplog.text
+
+
+# --- LaneConfig ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"lane": "Email "}, "LaneConfig.lane: a lane name is 1 to 64 characters of [a-z0-9_.-]"),
+        ({"lane": ""}, "LaneConfig.lane"),
+        ({"poll_interval": 0}, "LaneConfig.poll_interval must be a finite number of seconds above 0"),
+        ({"poll_interval": -1.0}, "poll_interval"),
+        ({"poll_interval": float("inf")}, "poll_interval"),
+        ({"poll_interval": float("nan")}, "poll_interval"),
+        ({"poll_interval": True}, "poll_interval"),
+        ({"poll_interval": "1"}, "poll_interval"),
+        ({"leader_ttl": timedelta(0)}, "LaneConfig.leader_ttl must be a duration above 0s"),
+        ({"leader_ttl": 30}, "leader_ttl"),
+        ({"retry_after_cap": timedelta(seconds=-1)}, "LaneConfig.retry_after_cap must be a duration 0s or more"),
+        ({"retry_after_cap": None}, "retry_after_cap"),
+    ],
+)  # fmt: skip
+def test_a_lane_config_that_cannot_work_is_refused_naming_the_setting(
+    settings: dict[str, object], words: str
+) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        LaneConfig(**settings)  # type: ignore[arg-type]
+    assert words in str(refused.value)
+
+
+def test_a_lane_config_accepts_the_edges() -> None:
+    config = LaneConfig(
+        lane="billing.v2_eu-1",
+        poll_interval=1,
+        retry_after_cap=timedelta(0),
+        leader_ttl=timedelta(1),
+    )
+    assert (config.poll_interval, config.retry_after_cap) == (1, timedelta(0))

@@ -9,9 +9,19 @@ Each operation does what the PostgreSQL statement of the same name does, and the
   :func:`outbox_adapters.records.payload_json`), stores what JSON keeps, and honours the per-lane
   idempotency key;
 - ``claim_due`` takes the due rows of a lane in (due time, id) order, counts the attempt, stamps the
-  lease and the token; ``mark_if_pending`` and ``release`` are fenced compare-and-sets with
-  :func:`outbox_core.lease.fence_admits`, the scrub in the same step; ``requeue_failed`` judges each
-  row with :func:`outbox_core.delivery.check_requeue` and writes an audit record.
+  lease and the token, and decodes each payload by the core's rule
+  (:func:`~outbox_core.payload.decode_payload`): a row that can't be decoded comes back with its
+  stored text instead of failing the claim; ``mark_if_pending`` and ``release`` are fenced
+  compare-and-sets with :func:`outbox_core.lease.fence_admits`, the scrub in the same step;
+  ``requeue_failed`` judges each row with :func:`outbox_core.delivery.check_requeue` and writes an
+  audit record.
+
+Payloads are kept as JSON text, as PostgreSQL keeps them, so :meth:`MemoryStore.insert_raw` can
+hold what a producer that goes around enqueue writes (a JSON string or number, nesting Python
+can't decode, an integer too long to read), for tests of how a worker treats such a row. One
+difference remains: PostgreSQL's scrub removes the secret keys of an object Python can't parse;
+this store can't find them and leaves that text as it is (the worker fails such a row, and a
+failed row keeps its payload, so only a direct dispatched mark can see it).
 
 Time comes from the request's ``now`` or from the injected :class:`~outbox_core.ports.Clock` (a
 :class:`~outbox_adapters.clock.FakeClock` in tests), where PostgreSQL uses the database clock.
@@ -26,7 +36,6 @@ from a worker thread).
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 import threading
@@ -53,9 +62,10 @@ from outbox_adapters.records import (
 )
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.delivery import Status, check_requeue
-from outbox_core.errors import RequeueRefused
+from outbox_core.errors import InvalidPayload, RequeueRefused
 from outbox_core.lease import fence_admits, lease_expires_at
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId, check_lane_name
+from outbox_core.payload import decode_payload
 from outbox_core.ports import (
     ClaimRequest,
     Clock,
@@ -74,7 +84,8 @@ _log = logging.getLogger(__name__)
 class _Row:
     id: int
     lane: str
-    payload: dict[str, Any]
+    #: The JSON text, as PostgreSQL stores it.
+    payload: str
     next_attempt_at: datetime
     idempotency_key: str | None
     created_at: datetime
@@ -92,7 +103,8 @@ class _Row:
             id=self.id,
             lane=self.lane,
             status=self.status,
-            payload=copy.deepcopy(self.payload),
+            # As PostgresStore: the decoded object, or the stored text when it can't be decoded.
+            payload=_decoded(self.payload),
             attempts=self.attempts,
             next_attempt_at=self.next_attempt_at,
             claim_token=None if self.claim_token is None else self.claim_token.value,
@@ -133,18 +145,47 @@ class MemoryStore:
 
         Refuses a payload PostgreSQL's enqueue refuses (:class:`InvalidPayload`), before writing.
         """
-        # What PostgreSQL stores: the checked JSON text, decoded as psycopg would.
-        payload: dict[str, Any] = json.loads(payload_json(message.payload))
+        return self._write(
+            message.lane,
+            payload_json(message.payload),
+            key=message.idempotency_key,
+            not_before=message.not_before,
+            now=now,
+        )
+
+    def insert_raw(self, lane: str, text: str, *, now: datetime | None = None) -> EnqueueResult:
+        """Write a row AROUND the payload rules, as a buggy producer or an old row could have:
+        ``text`` is stored as the payload's JSON text, whatever it holds (a JSON number, nesting
+        too deep to decode, ...). For tests of rows that can't be decoded at send time.
+
+        Text that is not JSON at all is refused (``ValueError``), as PostgreSQL's ``jsonb`` is.
+        """
+        try:
+            json.loads(text, parse_constant=_not_json)
+        except (json.JSONDecodeError, _NotJsonError) as exc:
+            raise ValueError(f"the payload text is not JSON ({exc})") from None
+        except (RecursionError, ValueError):
+            pass  # JSON Python can't read (too deep, too many digits): what this method is for
+        return self._write(check_lane_name(lane), text, key=None, not_before=None, now=now)
+
+    def _write(
+        self,
+        lane: str,
+        payload: str,
+        *,
+        key: str | None,
+        not_before: datetime | None,
+        now: datetime | None,
+    ) -> EnqueueResult:
         with self._lock:
-            key = message.idempotency_key
-            if key is not None and (message.lane, key) in self._keys:
-                return EnqueueResult(row_id=self._keys[message.lane, key], created=False)
+            if key is not None and (lane, key) in self._keys:
+                return EnqueueResult(row_id=self._keys[lane, key], created=False)
             at = stamp(self._clock, now)
             row = _Row(
                 id=self._next_id,
-                lane=message.lane,
+                lane=lane,
                 payload=payload,
-                next_attempt_at=at if message.not_before is None else message.not_before,
+                next_attempt_at=at if not_before is None else not_before,
                 idempotency_key=key,
                 created_at=at,
                 updated_at=at,
@@ -152,9 +193,9 @@ class MemoryStore:
             self._next_id += 1
             self._rows[row.id] = row
             if key is not None:
-                self._keys[message.lane, key] = row.id
+                self._keys[lane, key] = row.id
         # PostgreSQL's enqueue NOTIFYs on commit; here the write is already visible.
-        self._wakeups.wake(message.lane)
+        self._wakeups.wake(lane)
         return EnqueueResult(row_id=row.id, created=True)
 
     def wakeup(self, lane: str) -> LaneWakeup:
@@ -190,7 +231,7 @@ class MemoryStore:
                     ClaimedRow(
                         id=row.id,
                         lane=row.lane,
-                        payload=copy.deepcopy(row.payload),
+                        payload=_decoded(row.payload),
                         attempts=row.attempts,
                         token=request.token,
                         lease_expires_at=expires,
@@ -218,7 +259,7 @@ class MemoryStore:
                     # A resolved row keeps its token: the record of which claim resolved it.
                     row.resolved_at = now
                 # The scrub, in the same step as the status change (catalogue C6).
-                row.payload = {k: v for k, v in row.payload.items() if k not in mark.scrub_keys}
+                row.payload = _scrubbed(row.payload, mark.scrub_keys)
                 if mark.status in (Status.DISPATCHED, Status.SKIPPED):
                     row.scrubbed_at = now
                 row.updated_at = now
@@ -337,6 +378,36 @@ class MemoryStore:
         row.last_error = None
         row.resolved_at = None
         row.updated_at = now
+
+
+class _NotJsonError(Exception):
+    """NaN and Infinity: Python's json reads them, JSON (and PostgreSQL) has no such values."""
+
+
+def _not_json(name: str) -> object:
+    raise _NotJsonError(name)
+
+
+def _decoded(text: str) -> dict[str, Any] | str:
+    """What PostgresStore.claim_due hands out: the decoded payload, or its text."""
+    try:
+        return decode_payload(text)
+    except InvalidPayload:
+        return text
+
+
+def _scrubbed(text: str, keys: frozenset[str]) -> str:
+    """``payload - keys`` for an object (PostgreSQL's MARK); anything else is kept as it is."""
+    if not keys:
+        return text
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return text  # see the module docstring: PostgreSQL would still scrub this one
+    if not isinstance(obj, dict):
+        return text
+    kept = {key: value for key, value in obj.items() if key not in keys}
+    return json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
 
 
 def _matches(row: _Row, request: RequeueRequest) -> bool:

@@ -77,7 +77,10 @@ LISTEN = f"LISTEN {WAKEUP_CHANNEL}"
 #: lock up to ``limit`` due rows of the lane, skipping rows another transaction holds, then count
 #: the attempt (the ONLY place attempts grow), stamp the lease (``next_attempt_at = now + lease``:
 #: no sibling sees the row as due until it expires) and the claim's fencing token.
-#: Rows come back in claim order (due time, then id).
+#: Rows come back in claim order (due time, then id). The payload comes back as TEXT, decoded by
+#: the store row by row: PostgreSQL stores JSON that Python can't read (nesting past the recursion
+#: limit, a 5,000-digit number), and a decoder error inside the fetch would fail, and roll back,
+#: the whole claim for ever, one bad row blocking its lane.
 CLAIM = """
 WITH due AS (
     SELECT id, next_attempt_at AS due_at
@@ -98,7 +101,7 @@ claimed AS (
         updated_at = now()
     FROM due
     WHERE m.id = due.id
-    RETURNING m.id, m.lane, m.payload, m.attempts, m.claim_token,
+    RETURNING m.id, m.lane, m.payload::text AS payload, m.attempts, m.claim_token,
               m.next_attempt_at AS lease_expires_at, m.created_at, due.due_at
 )
 SELECT id, lane, payload, attempts, claim_token, lease_expires_at, created_at
@@ -114,7 +117,9 @@ ORDER BY due_at, id
 #: - a resolved row (dispatched/skipped/failed) keeps its token as the record of which claim
 #:   resolved it, and gets ``resolved_at``;
 #: - dispatched/skipped marks remove the secret payload keys IN THIS SAME UPDATE (catalogue C6);
-#:   ``scrub_keys`` is empty for the other marks, and a failed row keeps its whole payload.
+#:   ``scrub_keys`` is empty for the other marks, and a failed row keeps its whole payload. Only
+#:   an object has keys: ``jsonb - text[]`` raises for a string, number or null (even with no
+#:   keys), and a row written around enqueue may hold one, so it must still take its mark.
 MARK = """
 UPDATE outbox_message
 SET status = %(status)s::text,
@@ -123,7 +128,8 @@ SET status = %(status)s::text,
     resolved_at = CASE WHEN %(status)s::text = 'pending' THEN NULL
                        ELSE coalesce(%(now)s::timestamptz, now()) END,
     claim_token = CASE WHEN %(status)s::text = 'pending' THEN NULL ELSE claim_token END,
-    payload = payload - %(scrub_keys)s::text[],
+    payload = CASE WHEN jsonb_typeof(payload) = 'object'
+                   THEN payload - %(scrub_keys)s::text[] ELSE payload END,
     scrubbed_at = CASE WHEN %(status)s::text IN ('dispatched', 'skipped')
                        THEN coalesce(%(now)s::timestamptz, now()) ELSE scrubbed_at END,
     updated_at = now()
@@ -205,7 +211,7 @@ RETURNING message_id
 #: failed) after ``after_id``, with a digest of each payload as it was read. The status test is
 #: spelt as an OR, so each arm can use its partial index over the few unsent rows.
 REWRITE_CANDIDATES = """
-SELECT id, lane, payload, sha256(convert_to(payload::text, 'UTF8')) AS digest
+SELECT id, lane, payload::text AS payload, sha256(convert_to(payload::text, 'UTF8')) AS digest
 FROM outbox_message
 WHERE (status = 'pending' OR status = 'failed')
   AND id > %(after_id)s
@@ -231,7 +237,7 @@ RETURNING m.id
 
 #: The columns an operator sees of a row (``outbox get``, ``outbox failed``).
 _ROW_COLUMNS = """
-    id, lane, status, payload, attempts, next_attempt_at, claim_token, claimed_at, last_error,
+    id, lane, status, payload::text AS payload, attempts, next_attempt_at, claim_token, claimed_at, last_error,
     idempotency_key, created_at, updated_at, resolved_at, scrubbed_at
 """
 

@@ -8,6 +8,9 @@ transaction open across a send.
 - ``claim_due`` locks due rows with ``FOR UPDATE SKIP LOCKED``, counts the attempt, stamps the lease
   and the claim token, and commits at once (ADR-072 decision 1). The lease is the crash-recovery
   bound *and* the exclusion between workers: a claimed row is not due again until it expires.
+  Payloads are fetched as text and decoded here, row by row, by the core's rule
+  (:func:`~outbox_core.payload.decode_payload`): a row that can't be decoded is handed out with
+  its text, for the worker to fail, and never fails the claim of the rows around it.
 - ``mark_if_pending`` is a fenced compare-and-set (``status = 'pending' AND claim_token = :token``)
   on a connection of its own, committed by itself: one row's result never waits for, or rolls back
   with, another's. That is the per-row duplicate bound. Zero rows matched means a sibling owns the
@@ -49,8 +52,9 @@ from outbox_adapters.records import (
     usable_row_ids,
 )
 from outbox_core.delivery import Status, check_requeue
-from outbox_core.errors import ConfigurationError, RequeueRefused
+from outbox_core.errors import ConfigurationError, InvalidPayload, RequeueRefused
 from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, RowId
+from outbox_core.payload import decode_payload
 from outbox_core.ports import ClaimRequest, MarkResult, RequeueRequest, RequeueResult
 
 __all__ = [
@@ -80,8 +84,20 @@ class PayloadRewrites:
     changed: tuple[int, ...]
 
 
+def _decoded(text: str) -> JSONObject | str:
+    """The payload as a dict, or its text if it can't be decoded (ClaimedRow.payload)."""
+    try:
+        return decode_payload(text)
+    except InvalidPayload:
+        return text
+
+
 def _stored(record: Mapping[str, Any]) -> StoredRow:
-    return StoredRow(**{**record, "status": Status(record["status"])})
+    # The payload comes as text and is decoded here, so one poison row (nested too deep, a
+    # 5,000-digit number) can't make `outbox failed` or `outbox get` raise.
+    return StoredRow(
+        **{**record, "status": Status(record["status"]), "payload": _decoded(record["payload"])}
+    )
 
 
 class PostgresStore:
@@ -162,7 +178,7 @@ class PostgresStore:
             ClaimedRow(
                 id=r["id"],
                 lane=r["lane"],
-                payload=r["payload"],
+                payload=_decoded(r["payload"]),
                 attempts=r["attempts"],
                 token=ClaimToken(r["claim_token"]),
                 lease_expires_at=r["lease_expires_at"],
@@ -264,10 +280,13 @@ class PostgresStore:
                 batches += 1
                 examined += len(records)
                 after_id = records[-1]["id"]
+                decoded = [(r, _decoded(r["payload"])) for r in records]
                 writes = [
                     (r["id"], r["digest"], new)
-                    for r in records
-                    if (new := rewrite(r["id"], r["lane"], r["payload"])) is not None
+                    for r, payload in decoded
+                    # a poison row (its payload can't be decoded) has nothing sealed to rotate
+                    if not isinstance(payload, str)
+                    and (new := rewrite(r["id"], r["lane"], payload)) is not None
                 ]
                 if writes:
                     await cur.execute(
