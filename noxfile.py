@@ -64,7 +64,8 @@ def mutmut(session: nox.Session) -> None:
 
     `nox -s mutmut` runs every mutant from scratch; `nox -s mutmut -- "outbox_core.classify*"`
     runs (and checks) only the mutants matching the globs. The explained survivors are the
-    backticked mutant names in docs/testing.md; a survivor missing there fails the session.
+    backticked mutant names between the mutmut-explained markers of docs/testing.md; a survivor
+    missing there fails the session.
     """
     session.install("-e", DEV, "mutmut>=3.8")
     shutil.rmtree("mutants", ignore_errors=True)  # no stale verdicts from an earlier tree
@@ -86,9 +87,11 @@ def mutmut(session: nox.Session) -> None:
         per_module.setdefault(name.split(".")[1], Counter())[verdict] += 1
     for module, counts in sorted(per_module.items()):
         session.log(f"  {module}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
-    explained = set(
-        re.findall(r"`(outbox_core\.[^`\s]+__mutmut_\d+)`", Path(MUTMUT_DOC).read_text())
-    )
+    doc = Path(MUTMUT_DOC).read_text(encoding="utf-8")
+    block = doc.partition("<!-- mutmut-explained:begin -->")[2].partition(
+        "<!-- mutmut-explained:end -->"
+    )[0]
+    explained = set(re.findall(r"`(outbox_core\.[^`\s]+__mutmut_\d+)`", block))
     # A timeout is a detection (the mutant hangs the tests); anything else unkilled must be explained.
     unexplained = sorted(
         name
