@@ -1,0 +1,93 @@
+"""Dispatch overhead: the library's worker with a no-op handler vs the same protocol written by hand.
+
+For each setting (``1x10``: 1 worker x batch 10; ``4x100``: 4 workers x batch 100), every run loads
+N due rows, drains them, and checks that each row was dispatched exactly once and scrubbed:
+
+- ``library``: :class:`~outbox_adapters.worker.Worker` in its strict mode (``rows_in_flight=1``: a
+  crash repeats at most the one row in flight), one store (pool) per worker;
+- ``raw``: :mod:`bench.raw`, the same claim and one autocommit fenced mark per row on psycopg;
+- ``library_in_flight``: the worker with ``rows_in_flight = batch`` (opt-in; a crash may repeat up to
+  that many rows), reported beside the others.
+
+Workers are asyncio tasks in this one process (each with its own connections), for both sides. The
+order of the three drains rotates from run to run, so none always runs first or last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from bench import rows
+from bench.library import connection_budget, drain_library, lane_config, pool_size
+from bench.raw import drain_raw
+from bench.server import fresh_database
+from bench.settings import Sizes
+from bench.stats import Figure, ratio
+
+__all__ = ["SETTINGS", "measure"]
+
+#: name → (workers, batch size)
+SETTINGS: Final = {"1x10": (1, 10), "4x100": (4, 100)}
+
+
+async def measure(
+    server_dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    with fresh_database(server_dsn, "dispatch") as dsn:
+        return await _measure(dsn, sizes, runs, log)
+
+
+async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]) -> dict[str, Any]:
+    budget = connection_budget(dsn)
+    out: dict[str, Any] = {}
+    for name, (workers, batch) in SETTINGS.items():
+        strict = lane_config(batch)
+        in_flight = lane_config(batch, rows_in_flight=batch)
+        lease = strict.timing.claim_lease()
+        strict_pool = pool_size(1, workers=workers, budget=budget)
+        in_flight_pool = pool_size(batch, workers=workers, budget=budget)
+
+        async def library() -> tuple[int, float]:
+            return await drain_library(dsn, workers=workers, config=strict, pool=strict_pool)  # noqa: B023
+
+        async def library_in_flight() -> tuple[int, float]:
+            return await drain_library(dsn, workers=workers, config=in_flight, pool=in_flight_pool)  # noqa: B023
+
+        async def raw() -> tuple[int, float]:
+            return await drain_raw(dsn, workers=workers, batch=batch, lease=lease)  # noqa: B023
+
+        drains: dict[str, Callable[[], Awaitable[tuple[int, float]]]] = {
+            "library": library,
+            "raw": raw,
+            "library_in_flight": library_in_flight,
+        }
+        rates: dict[str, list[float]] = {key: [] for key in drains}
+        for run in range(runs):
+            order = list(drains)
+            order = order[run % len(order) :] + order[: run % len(order)]
+            for key in order:
+                rows.reset(dsn)
+                rows.load_pending(dsn, sizes.dispatch_rows)
+                rows.checkpoint(dsn)
+                done, seconds = await drains[key]()
+                rows.verify_drain(dsn, sizes.dispatch_rows, what=f"dispatch {name} {key}")
+                rates[key].append(done / seconds)
+                log(f"dispatch {name} run {run + 1}: {key} {done / seconds:,.0f} rows/s")
+        library_fig = Figure.of(rates["library"], "rows/s")
+        raw_fig = Figure.of(rates["raw"], "rows/s")
+        in_flight_fig = Figure.of(rates["library_in_flight"], "rows/s")
+        out[name] = {
+            "workers": workers,
+            "batch": batch,
+            "rows": sizes.dispatch_rows,
+            "pool_per_worker": {"strict": strict_pool, "in_flight": in_flight_pool},
+            "library_rows_per_s": library_fig,
+            "raw_rows_per_s": raw_fig,
+            "ratio": ratio(library_fig, raw_fig),
+            "library_in_flight_rows_per_s": in_flight_fig,
+            "in_flight_ratio": ratio(in_flight_fig, raw_fig),
+        }
+    out["concurrency"] = "asyncio tasks in one process, each worker with its own connections"
+    out["goal"] = "ratio >= 0.9"
+    return out

@@ -1,0 +1,189 @@
+"""The two pictures of ``docs/benchmarks.md``: throughput per setting, claim latency vs history.
+
+matplotlib with the Agg backend (no display needed). Bars are medians; the whiskers span the runs'
+min and max.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bench.stats import Figure
+
+__all__ = ["draw"]
+
+
+def _fig(tree: Mapping[str, Any], path: str) -> Figure | None:
+    node: Any = tree
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node if isinstance(node, Figure) else None
+
+
+def _bars(ax: Any, x: float, figure: Figure | None, *, color: str, label: str | None) -> None:  # noqa: ANN401
+    if figure is None:
+        return
+    ax.bar(
+        x,
+        figure.median,
+        width=0.8,
+        color=color,
+        label=label,
+        yerr=[[figure.median - figure.low], [figure.high - figure.median]],
+        capsize=3,
+    )
+    ax.annotate(
+        f"{figure.median:,.0f}",
+        (x, figure.high),
+        textcoords="offset points",
+        xytext=(0, 3),
+        ha="center",
+        fontsize=8,
+    )
+
+
+def _throughput(results: Mapping[str, Any], path: Path, title: str) -> None:
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only with the bench extra
+
+    colors = {"raw": "#999999", "strict": "#1f77b4", "in_flight": "#2ca02c", "pgq": "#d62728"}
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    ticks: list[float] = []
+    labels: list[str] = []
+    seen: set[str] = set()
+
+    def bar(x: float, figure: Figure | None, color: str, label: str) -> None:
+        _bars(ax, x, figure, color=colors[color], label=None if label in seen else label)
+        seen.add(label)
+
+    x = 0.0
+    for setting in ("1x10", "4x100"):
+        base = f"dispatch.{setting}"
+        bar(x, _fig(results, f"{base}.raw_rows_per_s"), "raw", "raw psycopg (per-row commit)")
+        bar(x + 1, _fig(results, f"{base}.library_rows_per_s"), "strict", "library strict")
+        bar(
+            x + 2,
+            _fig(results, f"{base}.library_in_flight_rows_per_s"),
+            "in_flight",
+            "library in-flight",
+        )
+        ticks.append(x + 1)
+        labels.append(setting.replace("x", " \N{MULTIPLICATION SIGN} "))
+        x += 4
+    peers = results.get("peers")
+    if isinstance(peers, Mapping) and "pgqueuer" in peers:
+        bar(
+            x,
+            _fig(results, "peers.pgqueuer.rows_per_s"),
+            "pgq",
+            "pgqueuer (5 \N{MULTIPLICATION SIGN} 10)",
+        )
+        modes = peers.get("library", {}).get("modes", {})
+        for offset, mode in enumerate(modes, start=1):
+            bar(
+                x + offset,
+                _fig(results, f"peers.library.modes.{mode}.rows_per_s"),
+                "in_flight",
+                "library in-flight",
+            )
+        ticks.append(x + len(modes) / 2)
+        labels.append(
+            "vs pgqueuer\n(" + ", ".join(m.replace("in_flight_", "") for m in modes) + ")"
+        )
+    ax.set_xticks(ticks, labels)
+    ax.set_ylabel("rows (jobs) per second, no-op send")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _latency(results: Mapping[str, Any], path: Path, title: str) -> None:
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    history = results.get("history")
+    if not isinstance(history, Mapping):
+        return
+    # (label, key of p50, key of p99)
+    cases: list[tuple[str, str, str]] = [
+        (f"{label} sent", f"history.{label}.claim_p50_ms", f"history.{label}.claim_p99_ms")
+        for label, entry in history.items()
+        if isinstance(entry, Mapping) and "rows" in entry and label != "after_churn"
+    ]
+    churn = history.get("after_churn")
+    if isinstance(churn, Mapping):
+        base = "history.after_churn"
+        cases.append(
+            (
+                f"after {churn.get('rows', 0):,}\nchurned, no VACUUM",
+                f"{base}.claim_p50_ms",
+                f"{base}.claim_p99_ms",
+            )
+        )
+        cases.append(
+            (
+                "the same,\nafter VACUUM",
+                f"{base}.after_vacuum_claim_p50_ms",
+                f"{base}.after_vacuum_claim_p99_ms",
+            )
+        )
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for index, (_, p50, p99) in enumerate(cases):
+        _p(ax, index - 0.2, _fig(results, p50), "#1f77b4", "p50" if index == 0 else None)
+        _p(ax, index + 0.2, _fig(results, p99), "#ff7f0e", "p99" if index == 0 else None)
+    ax.set_xticks(range(len(cases)), [case[0] for case in cases])
+    ax.set_ylabel("claim of 10 due rows, ms")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _p(ax: Any, x: float, figure: Figure | None, color: str, label: str | None) -> None:  # noqa: ANN401
+    if figure is None:
+        return
+    ax.bar(
+        x,
+        figure.median,
+        width=0.4,
+        color=color,
+        label=label,
+        yerr=[[figure.median - figure.low], [figure.high - figure.median]],
+        capsize=3,
+    )
+    ax.annotate(
+        f"{figure.median:.2f}",
+        (x, figure.high),
+        textcoords="offset points",
+        xytext=(0, 3),
+        ha="center",
+        fontsize=8,
+    )
+
+
+def draw(results: Mapping[str, Any], directory: Path) -> list[Path]:
+    """Write the plots this run has data for; returns their paths."""
+    import matplotlib as mpl  # noqa: PLC0415
+
+    mpl.use("Agg")
+    directory.mkdir(parents=True, exist_ok=True)
+    run = results.get("meta", {}).get("run", "?")
+    written: list[Path] = []
+    if "dispatch" in results or "peers" in results:
+        path = directory / "throughput.png"
+        _throughput(
+            results, path, f"Dispatch throughput, no-op send ({run} run, median, min\N{EN DASH}max)"
+        )
+        written.append(path)
+    if isinstance(results.get("history"), Mapping) and "error" not in results["history"]:
+        path = directory / "claim_latency.png"
+        _latency(results, path, f"Claim latency vs sent history ({run} run)")
+        written.append(path)
+    return written
