@@ -153,6 +153,13 @@ def _load_churn(dsn: str, total: int, log: Callable[[str], None]) -> float:
     return time.perf_counter() - started
 
 
+def _autovacuum(dsn: str) -> bool:
+    """Whether the server runs autovacuum at all (a per-table setting can't turn it on)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SHOW autovacuum").fetchone()
+    return row is not None and row[0] == "on"
+
+
 def _vacuum(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM outbox_message")
@@ -210,6 +217,7 @@ def _growth(server_dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
 
 def _churn(server_dsn: str, sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
     with fresh_database(server_dsn, "churn") as dsn:
+        autovacuum = _autovacuum(dsn)
         seconds = _load_churn(dsn, sizes.churn_rows, log)
         stats = _table_stats(dsn)
         timings, plan = _timed_claims(dsn, sizes.history_claims)
@@ -232,9 +240,16 @@ def _churn(server_dsn: str, sizes: Sizes, log: Callable[[str], None]) -> dict[st
         "note": (
             f"{size_label(sizes.churn_rows)} rows went through claim + mark"
             f"{' (quick: 200k instead of 1M)' if sizes.churn_rows < 1_000_000 else ''};"
-            " autovacuum on with the table's own settings, no manual VACUUM before the timed"
-            " claims; one series (measuring consumes the state)"
+            + (
+                " autovacuum on with the table's own settings"
+                if autovacuum
+                else " autovacuum is OFF on this server (its setting, left alone: the server is"
+                " shared), so this is the no-autovacuum case"
+            )
+            + ", no manual VACUUM before the timed claims; one series (measuring consumes the"
+            " state)"
         ),
+        "autovacuum": autovacuum,
     }
 
 
