@@ -1,12 +1,14 @@
 """The two pictures of ``docs/benchmarks.md``: throughput per setting, claim latency vs history.
 
 matplotlib with the Agg backend (no display needed). Bars are medians; the whiskers span the runs'
-min and max.
+min and max. ``python -m bench.plots [RESULTS_JSON] [DIRECTORY]`` redraws them from a results file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +85,12 @@ def _throughput(results: Mapping[str, Any], path: Path, title: str) -> None:
         )
         modes = peers.get("library", {}).get("modes", {})
         for offset, mode in enumerate(modes, start=1):
+            strict = mode.startswith("strict")
             bar(
                 x + offset,
                 _fig(results, f"peers.library.modes.{mode}.rows_per_s"),
-                "in_flight",
-                "library in-flight",
+                "strict" if strict else "in_flight",
+                "library strict" if strict else "library in-flight",
             )
         ticks.append(x + len(modes) / 2)
         labels.append(
@@ -187,3 +190,26 @@ def draw(results: Mapping[str, Any], directory: Path) -> list[Path]:
         _latency(results, path, f"Claim latency vs sent history ({run} run)")
         written.append(path)
     return written
+
+
+def _figures(node: Any) -> Any:  # noqa: ANN401 - a JSON tree
+    """A results tree read from JSON, with its figures turned back into :class:`Figure`."""
+    if isinstance(node, Mapping):
+        if {"median", "min", "max", "runs", "unit"} <= set(node):
+            return Figure.of(node["runs"], node["unit"])
+        return {key: _figures(value) for key, value in node.items()}
+    return node
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    root = Path(__file__).resolve().parent.parent
+    source = Path(args[0]) if args else root / "bench" / "results" / "latest.json"
+    target = Path(args[1]) if len(args) > 1 else root / "docs" / "benchmarks"
+    for path in draw(_figures(json.loads(source.read_text())), target):
+        sys.stdout.write(f"wrote {path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
