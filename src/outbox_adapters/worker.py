@@ -12,9 +12,11 @@ One pass (:meth:`Worker.run_once`) is::
         send   ── the handler, under min(per-row budget - mark budget, time left on the lease):
                   a worker never sends after its own lease has ended (a sibling may own the row)
         decide ── outbox_core.decide(row, outcome, now) → Mark (the adapter reported, the core decides)
-        mark   ── detached: it runs in a task of its own with its own budget, shielded from the
-                  batch's cancellation, so work already done is always recorded. The store applies
-                  it only if the row is still pending under this claim's token (the fence).
+        mark   ── with its own budget, and surviving the batch's cancellation: if the batch times
+                  out (or the worker is cancelled) while a mark runs, the mark is run again in a
+                  task of its own, so work already done is always recorded. The store applies it
+                  only if the row is still pending under this claim's token (the fence), which is
+                  also what makes running it twice harmless.
 
 A handler that raises is that row's failure (``InvalidMessage`` → permanent, anything else →
 transient) and never strands the rest of the batch. A row whose stored payload the store could not
@@ -69,7 +71,14 @@ from outbox_core.ports import (
 from outbox_core.scrub import ScrubRules
 from outbox_core.timing import DEFAULT_EMAIL_TIMING, EmailTiming
 
-__all__ = ["BatchReport", "LaneConfig", "Worker", "WorkerStats", "run_detached"]
+__all__ = [
+    "BatchReport",
+    "LaneConfig",
+    "Worker",
+    "WorkerStats",
+    "run_detached",
+    "run_surviving_cancel",
+]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -87,6 +96,27 @@ async def run_detached(coro: Coroutine[Any, Any, T], keep: set[asyncio.Task[Any]
     keep.add(task)
     task.add_done_callback(keep.discard)
     return await asyncio.shield(task)
+
+
+async def run_surviving_cancel(
+    attempt: Callable[[], Coroutine[Any, Any, T]], keep: set[asyncio.Task[Any]]
+) -> T:
+    """Await ``attempt()`` here; if our caller is cancelled meanwhile, run it again detached.
+
+    This is how a mark survives the batch's cancellation without a task per row: on the happy
+    path the mark is an ordinary await. If the batch times out or the worker is cancelled while
+    it runs, psycopg has settled the statement (committed, or cancelled on the server) by the time
+    the cancellation reaches us, and a second run in a task of its own (``keep`` holds it) records
+    the result. Running it twice is safe because a mark is fenced: once one run has applied,
+    the row is no longer pending under this claim's token and the other matches no row.
+    """
+    try:
+        return await attempt()
+    except asyncio.CancelledError:
+        task = asyncio.ensure_future(attempt())
+        keep.add(task)
+        task.add_done_callback(keep.discard)
+        raise
 
 
 def _lane(_inst: object, _attribute: object, value: str) -> None:
@@ -230,6 +260,11 @@ class Worker:
         self._stopping = asyncio.Event()
         self._marks: set[asyncio.Task[Any]] = set()
         self._term: LeaderTerm | None = None
+        # The budgets as seconds, once (the config is frozen): the per-row path reads them.
+        timing = self.config.timing
+        self._per_row = timing.per_row.total_seconds()
+        self._mark_budget = self.config.mark_budget.total_seconds()
+        self._send_budget = (timing.per_row - self.config.mark_budget).total_seconds()
 
     # --- control -------------------------------------------------------------------------------
 
@@ -301,8 +336,17 @@ class Worker:
             lease_end = claim_start + lease.total_seconds()
             batch_end = claim_start + timing.batch_timeout.total_seconds()
             try:
-                async with asyncio.timeout(timing.batch_timeout.total_seconds()):
-                    await self._work(rows, report, lease_end=lease_end, batch_end=batch_end)
+                if self.config.rows_in_flight == 1:
+                    # No cancel scope around the strict mode: the row-start gate and each row's
+                    # own deadlines already end the batch in time, and a batch scope in this
+                    # same task would, when a paused process wakes with both expired, take the
+                    # cancellation from the row's deadline and leave the row with no outcome.
+                    await self._work_in_order(
+                        rows, report, lease_end=lease_end, batch_end=batch_end
+                    )
+                else:
+                    async with asyncio.timeout(timing.batch_timeout.total_seconds()):
+                        await self._work(rows, report, lease_end=lease_end, batch_end=batch_end)
             except TimeoutError:
                 report.timed_out = True
                 _log.warning(
@@ -328,18 +372,39 @@ class Worker:
         lease_end: float,
         batch_end: float,
     ) -> None:
-        per_row = self.config.timing.per_row.total_seconds()
         slots = asyncio.Semaphore(self.config.rows_in_flight)
         async with asyncio.TaskGroup() as group:
             for index, row in enumerate(rows):
                 await slots.acquire()
-                if self.stopping or self.clock.monotonic() + per_row > batch_end:
-                    # The row-start gate (and shutdown): a row we can't finish is given back.
+                if not self._may_start(batch_end):
                     slots.release()
-                    for unstarted in rows[index:]:
-                        await self._release(unstarted, report)
+                    await self._release_all(rows[index:], report)
                     return
                 group.create_task(self._in_slot(slots, row, report, lease_end=lease_end))
+
+    async def _work_in_order(
+        self,
+        rows: Sequence[ClaimedRow],
+        report: BatchReport,
+        *,
+        lease_end: float,
+        batch_end: float,
+    ) -> None:
+        """The strict mode: one row at a time, in this task (no task or semaphore per row)."""
+        for index, row in enumerate(rows):
+            if not self._may_start(batch_end):
+                await self._release_all(rows[index:], report)
+                return
+            await self._one(row, report, lease_end=lease_end)
+
+    def _may_start(self, batch_end: float) -> bool:
+        """The row-start gate (and shutdown): start a row only if its whole budget fits."""
+        return not self.stopping and self.clock.monotonic() + self._per_row <= batch_end
+
+    async def _release_all(self, rows: Sequence[ClaimedRow], report: BatchReport) -> None:
+        """Give back rows that will not be started: due again at once, attempt refunded."""
+        for row in rows:
+            await self._release(row, report)
 
     async def _in_slot(
         self, slots: asyncio.Semaphore, row: ClaimedRow, report: BatchReport, *, lease_end: float
@@ -351,10 +416,7 @@ class Worker:
 
     async def _one(self, row: ClaimedRow, report: BatchReport, *, lease_end: float) -> None:
         started = self.clock.monotonic()
-        send_end = min(
-            started + (self.config.timing.per_row - self.config.mark_budget).total_seconds(),
-            lease_end,
-        )
+        send_end = min(started + self._send_budget, lease_end)
         outcome = await self._attempt(row, report, budget=max(0.0, send_end - started))
         mark = decide(
             row,
@@ -365,19 +427,20 @@ class Worker:
             jitter=self._jitter(),
             retry_after_cap=self.config.retry_after_cap,
         )
-        _log.info(
-            "row %s: %s",
-            row.id,
-            outcome.kind,
-            extra={
-                "outbox_lane": row.lane,
-                "outbox_row": row.id,
-                "outbox_attempts": row.attempts,
-                "outbox_outcome": str(outcome.kind),
-                "outbox_reason": outcome.reason,
-            },
-        )
-        result = await run_detached(self._mark(mark), self._marks)
+        if _log.isEnabledFor(logging.INFO):
+            _log.info(
+                "row %s: %s",
+                row.id,
+                outcome.kind,
+                extra={
+                    "outbox_lane": row.lane,
+                    "outbox_row": row.id,
+                    "outbox_attempts": row.attempts,
+                    "outbox_outcome": str(outcome.kind),
+                    "outbox_reason": outcome.reason,
+                },
+            )
+        result = await run_surviving_cancel(lambda: self._mark(mark), self._marks)
         if result is MarkResult.APPLIED:
             counter = _COUNTER_FOR_STATUS[mark.status]
             setattr(report, counter, getattr(report, counter) + 1)
@@ -414,7 +477,7 @@ class Worker:
 
     async def _mark(self, mark: Mark) -> MarkResult | None:
         """Record ``mark`` within the mark budget, retrying a failed connection inside it."""
-        budget = self.config.mark_budget.total_seconds()
+        budget = self._mark_budget
         delay = 0.05
         try:
             async with asyncio.timeout(budget):
@@ -466,7 +529,7 @@ class Worker:
     async def _release_within_budget(self, row: ClaimedRow) -> MarkResult:
         # The budget sits inside the detached task: a timeout around run_detached would leave
         # the shielded task running, and a graceful stop would wait for it for ever.
-        async with asyncio.timeout(self.config.mark_budget.total_seconds()):
+        async with asyncio.timeout(self._mark_budget):
             return await self.store.release(row.id, row.token)
 
     # --- leadership ----------------------------------------------------------------------------

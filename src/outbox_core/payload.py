@@ -97,17 +97,17 @@ def decode_payload(raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InvalidPayload(f"the stored payload is not UTF-8 ({exc.reason})") from exc
-    if isinstance(raw, str):
-        obj: object = _loads(raw)
-        if not isinstance(obj, dict):
-            raise InvalidPayload(
-                f"the stored payload is a JSON {_json_kind(obj)}, not a JSON object"
-            )
-    elif isinstance(raw, Mapping):
-        obj = dict(raw)
-    else:
+    if isinstance(raw, Mapping):
+        return _canonical(dict(raw), None)
+    if not isinstance(raw, str):
         raise InvalidPayload(f"a stored payload is JSON text or a mapping, not {_kind(raw)}")
-    return _canonical(obj, None)
+    obj: object = _loads(raw)
+    if not isinstance(obj, dict):
+        raise InvalidPayload(f"the stored payload is a JSON {_json_kind(obj)}, not a JSON object")
+    # Freshly parsed, so JSON types only and a copy of its own: what is left to check is what
+    # json.loads lets through (depth, 1e999 read as infinity, U+0000, lone surrogates).
+    _check_tree(obj)
+    return obj
 
 
 def _loads(raw: str) -> object:
@@ -164,7 +164,7 @@ def _check_tree(root: dict[Any, Any]) -> None:
     while stack:
         value, path = stack.pop()
         if isinstance(value, str):
-            _check_string(value, f"{_path(path)}")
+            _check_string(value, path)
         elif isinstance(value, float) and not math.isfinite(value):
             raise InvalidPayload(f"{_path(path)} is {value}, which JSON cannot represent")
         elif isinstance(value, _JSON_SCALARS):
@@ -179,7 +179,7 @@ def _check_tree(root: dict[Any, Any]) -> None:
                     raise InvalidPayload(
                         f"{_path(path)} has a {_kind(key)} key; JSON keys are strings"
                     )
-                _check_string(key, f"a key of {_path(path)}")
+                _check_string(key, path, key_of=True)
                 stack.append((item, (*path, key)))
         elif isinstance(value, list):
             stack.extend((item, (*path, index)) for index, item in enumerate(value))
@@ -190,9 +190,12 @@ def _check_tree(root: dict[Any, Any]) -> None:
             )
 
 
-def _check_string(value: str, where: str) -> None:
+def _check_string(value: str, path: tuple[str | int, ...], *, key_of: bool = False) -> None:
     bad = _UNSTORABLE.search(value)
     if bad:
+        # The path is written out only here: building it for every string costs more than the
+        # search itself.
+        where = f"a key of {_path(path)}" if key_of else _path(path)
         raise InvalidPayload(
             f"{where} contains U+{ord(bad.group()):04X}, which PostgreSQL jsonb cannot store"
         )

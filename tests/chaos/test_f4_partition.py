@@ -12,7 +12,7 @@ records when it worked on which row. Counted:
 Two partitions:
 
 ``claim reply lost``  A's claim commits on the server (rows leased to A) and then the link stalls,
-    before the COMMIT's reply, for longer than the lease. B re-claims the rows when the lease ends
+    before the claim's reply, for longer than the lease. B re-claims the rows when the lease ends
     and sends them; when the link heals, A finally gets its rows, long expired. Mechanism: A trusts
     a lease only until ``claim start + lease`` on its *own* monotonic clock, taken before the claim
     was sent (the row-start gate and the send cut both use it). Take the claim's start when its
@@ -307,9 +307,9 @@ async def claim_reply_lost(pg: ThrowawayPostgres, figures: Figures) -> None:
     async with scene(pg) as s:
         ids = s.enqueue(2)
         stall_for = LEASE + 1.5
-        # The claim's COMMIT is forwarded (only the claim runs a transaction on A's connections);
+        # The claim (one autocommit statement: it commits as the server runs it) is forwarded;
         # then the link goes silent, replies included.
-        trapped = s.proxy.when_sent(b"COMMIT", s.proxy.stall)
+        trapped = s.proxy.when_sent(b"SKIP LOCKED", s.proxy.stall)
         a, rec_a = await s.worker(via_proxy=True)
         task_a = asyncio.create_task(a.run())
         await asyncio.wait_for(trapped.wait(), timeout=10)

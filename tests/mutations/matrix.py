@@ -40,9 +40,9 @@ def _replace(name: str, old: str, new: str) -> tuple[object, str, object]:
     return (statements, name, original.replace(old, new))
 
 
-async def _attached(coro: Coroutine[Any, Any, Any], _keep: set[Any]) -> Any:
-    """The mutant of run_detached: the mark runs inside the batch's cancellation scope."""
-    return await coro
+async def _attached(attempt: Callable[[], Coroutine[Any, Any, Any]], _keep: set[Any]) -> Any:
+    """The mutant of run_surviving_cancel: a mark cut off by the batch's cancellation is lost."""
+    return await attempt()
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -87,10 +87,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "mark-attached",
-        "detached mark",
-        "run the mark inside the batch's cancellation scope",
+        "mark re-run after a cancellation",
+        "drop the re-run: a mark cut off by the batch's cancellation is lost",
         f"{WORKER}::test_mark_survives_the_batch_being_cancelled",
-        (worker, "run_detached", _attached),
+        (worker, "run_surviving_cancel", _attached),
     ),
     Mutant(
         "mark-no-scrub",

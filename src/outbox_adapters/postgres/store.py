@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import attrs
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -67,6 +69,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+#: Longest a store keeps one pooled connection between statements before handing it back.
+KEEP_FOR: Final = 30.0
+_IDLE: Final = TransactionStatus.IDLE
 
 
 @attrs.frozen
@@ -111,6 +117,12 @@ class PostgresStore:
     def __init__(self, pool: AsyncConnectionPool[Any], *, owns_pool: bool = False) -> None:
         self._pool = pool
         self._owns_pool = owns_pool
+        # One connection kept between statements (see _give_back): a worker's claim and marks
+        # run one after another, so in the strict mode they all reuse it.
+        self._kept: AsyncConnection[Any] | None = None
+        self._kept_conn: AsyncConnection[Any] | None = None
+        self._kept_until = 0.0
+        self._closing = False
         #: Counters since the store was built.
         self.stats = StoreStats()
 
@@ -145,7 +157,12 @@ class PostgresStore:
         return self._pool
 
     async def close(self) -> None:
-        """Close the pool if :meth:`open` created it; a pool you passed in stays yours."""
+        """Close the pool if :meth:`open` created it; a pool you passed in stays yours (the
+        connection the store kept goes back to it)."""
+        self._closing = True
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            await self._pool.putconn(kept)
         if self._owns_pool:
             await self._pool.close()
 
@@ -170,22 +187,23 @@ class PostgresStore:
             "token": request.token.value,
             "now": request.now,
         }
-        async with self._pool.connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(statements.CLAIM, params)
-            records = await cur.fetchall()
-        rows = [
-            ClaimedRow(
-                id=r["id"],
-                lane=r["lane"],
-                payload=_decoded(r["payload"]),
-                attempts=r["attempts"],
-                token=ClaimToken(r["claim_token"]),
-                lease_expires_at=r["lease_expires_at"],
-                created_at=r["created_at"],
-            )
-            for r in records
-        ]
+        conn = await self._take()
+        ok = False
+        try:
+            if conn.autocommit:  # one statement: its own transaction, one round trip
+                cur = await conn.execute(statements.CLAIM, params)
+                records = await cur.fetchall()
+            else:
+                async with conn.transaction():
+                    cur = await conn.execute(statements.CLAIM, params)
+                    records = await cur.fetchall()
+            ok = True
+        finally:
+            await self._give_back(conn, ok=ok)
+        token = request.token
+        # Columns in CLAIM's order: id, lane, payload, attempts, claim_token, lease_expires_at,
+        # created_at. The token is the one just written (the statement sets it).
+        rows = [ClaimedRow(r[0], r[1], _decoded(r[2]), r[3], token, r[5], r[6]) for r in records]
         self.stats.claimed_rows += len(rows)
         return rows
 
@@ -340,11 +358,45 @@ class PostgresStore:
 
     async def _one_statement(self, query: str, params: Mapping[str, Any]) -> int:
         """Run one write as its own transaction on a connection of its own; rows matched."""
-        async with self._pool.connection() as conn:
+        conn = await self._take()
+        ok = False
+        try:
             if conn.autocommit:
-                return await _rowcount(conn, query, params)
-            async with conn.transaction():
-                return await _rowcount(conn, query, params)
+                matched = await _rowcount(conn, query, params)
+            else:
+                async with conn.transaction():
+                    matched = await _rowcount(conn, query, params)
+            ok = True
+        finally:
+            await self._give_back(conn, ok=ok)
+        return matched
+
+    async def _take(self) -> AsyncConnection[Any]:
+        """The kept connection if it is free, else one from the pool."""
+        conn = self._kept
+        if conn is not None:
+            self._kept = None
+            return conn
+        conn: AsyncConnection[Any] = await self._pool.getconn()
+        return conn
+
+    async def _give_back(self, conn: AsyncConnection[Any], *, ok: bool) -> None:
+        """Keep ``conn`` for the next statement, or return it to the pool.
+
+        Only a connection whose statement succeeded and that is idle (no transaction left open)
+        is kept, one at a time, and for at most :data:`KEEP_FOR` seconds: then it goes back to
+        the pool, whose checks (broken, past its lifetime) apply to it again. Anything else goes
+        straight back, and the pool discards it if it is broken.
+        """
+        now = time.monotonic()
+        if self._kept is None and ok and not self._closing:
+            if conn is not self._kept_conn:
+                self._kept_conn, self._kept_until = conn, now + KEEP_FOR
+            if now < self._kept_until and conn.pgconn.transaction_status == _IDLE:
+                self._kept = conn
+                return
+            self._kept_conn = None
+        await self._pool.putconn(conn)
 
     def _fenced(self, matched: int, row_id: RowId, what: str) -> MarkResult:
         return count_mark(self.stats, _log, applied=bool(matched), row_id=row_id, what=what)
