@@ -373,10 +373,10 @@ class PostgresStore:
 
     async def _take(self) -> AsyncConnection[Any]:
         """The kept connection if it is free, else one from the pool."""
-        conn = self._kept
-        if conn is not None:
+        kept = self._kept
+        if kept is not None:
             self._kept = None
-            return conn
+            return kept
         conn: AsyncConnection[Any] = await self._pool.getconn()
         return conn
 
