@@ -155,6 +155,16 @@ def _rows_in_flight(inst: LaneConfig, _attribute: object, value: int) -> None:
         )
 
 
+def _group_marks(inst: LaneConfig, _attribute: object, value: bool) -> None:  # noqa: FBT001
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"group_marks must be True or False, got {value!r}")
+    if value and inst.rows_in_flight < 2:
+        raise ConfigurationError(
+            "group_marks needs rows_in_flight of 2 or more (the marks of a window of rows in"
+            " flight are grouped)"
+        )
+
+
 def _claim_budget(_inst: object, _attribute: object, value: timedelta) -> None:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ConfigurationError(f"claim_budget must be a positive duration, got {value!r}")
@@ -185,6 +195,11 @@ class LaneConfig:
     #: Rows of a batch sent at the same time. 1 (the default) is the strict mode: a crash can
     #: duplicate at most the one row in flight. N widens that bound to N rows per crash.
     rows_in_flight: int = attrs.field(default=1, validator=_rows_in_flight)
+
+    #: Record the marks of each window of ``rows_in_flight`` rows in ONE statement (opt-in). The
+    #: worker sends a window, records it with one commit, and only then starts the next window,
+    #: so a crash still repeats at most ``rows_in_flight`` rows; each row stays fenced on its own.
+    group_marks: bool = attrs.field(default=False, validator=_group_marks)
 
     #: Longest a claim may take before the worker gives up on it (and backs off).
     claim_budget: timedelta = attrs.field(default=timedelta(seconds=5), validator=_claim_budget)
@@ -345,8 +360,9 @@ class Worker:
                         rows, report, lease_end=lease_end, batch_end=batch_end
                     )
                 else:
+                    work = self._work_in_windows if self.config.group_marks else self._work
                     async with asyncio.timeout(timing.batch_timeout.total_seconds()):
-                        await self._work(rows, report, lease_end=lease_end, batch_end=batch_end)
+                        await work(rows, report, lease_end=lease_end, batch_end=batch_end)
             except TimeoutError:
                 report.timed_out = True
                 _log.warning(
@@ -397,6 +413,31 @@ class Worker:
                 return
             await self._one(row, report, lease_end=lease_end)
 
+    async def _work_in_windows(
+        self,
+        rows: Sequence[ClaimedRow],
+        report: BatchReport,
+        *,
+        lease_end: float,
+        batch_end: float,
+    ) -> None:
+        """The grouped-mark mode: send a window of rows at once, record it with one statement."""
+        size = self.config.rows_in_flight
+        for start in range(0, len(rows), size):
+            if not self._may_start(batch_end):
+                await self._release_all(rows[start:], report)
+                return
+            window = rows[start : start + size]
+            outcomes = await asyncio.gather(
+                *(self._send(row, report, lease_end=lease_end) for row in window)
+            )
+            marks = [
+                self._decide(row, outcome) for row, outcome in zip(window, outcomes, strict=True)
+            ]
+            results = await run_surviving_cancel(lambda: self._mark_group(marks), self._marks)  # noqa: B023
+            for mark, result in zip(marks, results, strict=True):
+                self._count(mark, result, report)
+
     def _may_start(self, batch_end: float) -> bool:
         """The row-start gate (and shutdown): start a row only if its whole budget fits."""
         return not self.stopping and self.clock.monotonic() + self._per_row <= batch_end
@@ -415,9 +456,18 @@ class Worker:
             slots.release()
 
     async def _one(self, row: ClaimedRow, report: BatchReport, *, lease_end: float) -> None:
+        outcome = await self._send(row, report, lease_end=lease_end)
+        mark = self._decide(row, outcome)
+        result = await run_surviving_cancel(lambda: self._mark(mark), self._marks)
+        self._count(mark, result, report)
+
+    async def _send(self, row: ClaimedRow, report: BatchReport, *, lease_end: float) -> Outcome:
+        """The handler, within the row's send budget and never past the lease."""
         started = self.clock.monotonic()
         send_end = min(started + self._send_budget, lease_end)
-        outcome = await self._attempt(row, report, budget=max(0.0, send_end - started))
+        return await self._attempt(row, report, budget=max(0.0, send_end - started))
+
+    def _decide(self, row: ClaimedRow, outcome: Outcome) -> Mark:
         mark = decide(
             row,
             outcome,
@@ -440,7 +490,10 @@ class Worker:
                     "outbox_reason": outcome.reason,
                 },
             )
-        result = await run_surviving_cancel(lambda: self._mark(mark), self._marks)
+        return mark
+
+    @staticmethod
+    def _count(mark: Mark, result: MarkResult | None, report: BatchReport) -> None:
         if result is MarkResult.APPLIED:
             counter = _COUNTER_FOR_STATUS[mark.status]
             setattr(report, counter, getattr(report, counter) + 1)
@@ -477,45 +530,60 @@ class Worker:
 
     async def _mark(self, mark: Mark) -> MarkResult | None:
         """Record ``mark`` within the mark budget, retrying a failed connection inside it."""
+        result = await self._write_within_budget(
+            lambda: self.store.mark_if_pending(mark), f"mark of row {mark.row_id}", mark.row_id
+        )
+        if result is MarkResult.STALE:
+            _stale(mark)
+        return result
+
+    async def _mark_group(self, marks: Sequence[Mark]) -> Sequence[MarkResult | None]:
+        """Record a window's marks in one write (grouped-mark mode), like :meth:`_mark`."""
+        ids = ", ".join(str(m.row_id) for m in marks)
+        results = await self._write_within_budget(
+            lambda: self.store.mark_many(marks), f"grouped mark of rows {ids}", None
+        )
+        if results is None:
+            return [None] * len(marks)
+        for mark, result in zip(marks, results, strict=True):
+            if result is MarkResult.STALE:
+                _stale(mark)
+        return results
+
+    async def _write_within_budget(
+        self, write: Callable[[], Coroutine[Any, Any, T]], what: str, row_id: object
+    ) -> T | None:
+        """Run ``write`` within the mark budget, retrying a failed connection inside it."""
         budget = self._mark_budget
         delay = 0.05
         try:
             async with asyncio.timeout(budget):
                 while True:
                     try:
-                        result = await self.store.mark_if_pending(mark)
+                        return await write()
                     except (OSError, ConnectionError) as exc:
-                        _log.warning("mark of row %s failed (%s); retrying", mark.row_id, exc)
+                        _log.warning("%s failed (%s); retrying", what, exc)
                     except Exception as exc:  # noqa: BLE001 - a mark must never fail the batch
                         if not _is_connection_problem(exc):
                             # Not the connection, so a retry won't help (a statement the row
                             # breaks, a bug). Give up on this row: its lease brings it back. Type
                             # and id only, no traceback: the error's text may quote the row.
                             _log.error(
-                                "mark of row %s failed (%s); not recorded, the row will be claimed"
+                                "%s failed (%s); not recorded, the row will be claimed"
                                 " again after its lease",
-                                mark.row_id,
+                                what,
                                 type(exc).__name__,
-                                extra={"outbox_row": mark.row_id},
+                                extra={"outbox_row": row_id},
                             )
                             return None
-                        _log.warning("mark of row %s failed (%s); retrying", mark.row_id, exc)
-                    else:
-                        if result is MarkResult.STALE:
-                            _log.warning(
-                                "stale mark dropped for row %s (%s): another claim owns it",
-                                mark.row_id,
-                                mark.status,
-                                extra={"outbox_row": mark.row_id},
-                            )
-                        return result
+                        _log.warning("%s failed (%s); retrying", what, exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 1.0)
         except TimeoutError:
             _log.error(
-                "mark of row %s not recorded within %ss; the row will be claimed again after its"
+                "%s not recorded within %ss; the row will be claimed again after its"
                 " lease (a duplicate is possible)",
-                mark.row_id,
+                what,
                 budget,
             )
             return None
@@ -581,6 +649,15 @@ class Worker:
             _log.warning("wake-up signal failed (%r); polling", work.exception())
             return False
         return True
+
+
+def _stale(mark: Mark) -> None:
+    _log.warning(
+        "stale mark dropped for row %s (%s): another claim owns it",
+        mark.row_id,
+        mark.status,
+        extra={"outbox_row": mark.row_id},
+    )
 
 
 def _undecodable(stored: str) -> str:

@@ -164,6 +164,12 @@ class OutboxStore(Protocol):
         write when the mark is dispatched or skipped."""
         ...
 
+    async def mark_many(self, marks: Sequence[Mark]) -> Sequence[MarkResult]:
+        """Apply several marks (of distinct rows) in one write, each fenced as by
+        :meth:`mark_if_pending`; the results in the order of ``marks``. One commit for the lot:
+        the worker's grouped-mark mode (``LaneConfig.group_marks``)."""
+        ...
+
     async def release(self, row_id: RowId, token: ClaimToken) -> MarkResult:
         """Give back a claimed row that was never started (graceful shutdown): due now, the
         claim's attempt refunded. Fenced like a mark."""

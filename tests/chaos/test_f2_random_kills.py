@@ -9,8 +9,10 @@ often lands inside a delivery. When every row is resolved the test counts, from 
 server accepted and what the database holds:
 
 - rows lost (not dispatched, or never received): 0;
-- duplicates (copies beyond the first, per Message-ID) ≤ kills x rows_in_flight (1 by default):
-  ``outbox_core.lease.max_duplicates``.
+- duplicates (copies beyond the first, per Message-ID) ≤ kills x rows_in_flight:
+  ``outbox_core.lease.max_duplicates``. Three modes: strict (one row at a time), four rows in
+  flight each marked by its own statement, and four rows in flight whose marks are grouped into
+  one statement per window (``--group-marks``): the bound is the rows in flight in every mode.
 
 Mechanisms that turn it red if removed: the claim lease (killed rows come back: without it they
 are lost); ``FOR UPDATE SKIP LOCKED`` with the lease stamp (two live workers never both take a
@@ -40,7 +42,6 @@ TICK = 0.25
 DATA_DELAY = 0.03
 #: After the drain reaches a kill's row count, the kill waits up to this long (seconds).
 JITTER = 0.05
-ROWS_IN_FLIGHT = 1
 
 
 def _in_flight(worker) -> set[int]:
@@ -50,8 +51,13 @@ def _in_flight(worker) -> set[int]:
     return claimed - marked
 
 
+@pytest.mark.parametrize(
+    ("rows_in_flight", "group_marks"),
+    [(1, False), (4, False), (4, True)],
+    ids=["strict", "in_flight_4", "grouped_4"],
+)
 def test_f2_random_kills_lose_nothing_and_duplicate_at_most_once_per_kill(  # noqa: PLR0917 - fixtures
-    chaos_full, chaos_db, chaos_sink, spawn_worker, new_lane, report
+    chaos_full, chaos_db, chaos_sink, spawn_worker, new_lane, report, rows_in_flight, group_marks
 ):
     seed = int(os.environ.get("OUTBOX_CHAOS_SEED") or secrets.randbits(32))
     rng = random.Random(seed)  # noqa: S311 - a replayable kill schedule, not a secret
@@ -65,7 +71,13 @@ def test_f2_random_kills_lose_nothing_and_duplicate_at_most_once_per_kill(  # no
         nonlocal generation
         generation += 1
         return spawn_worker(
-            lane, name=f"W{slot}.{generation}", standby=True, poll_interval=TICK, batch_size=1
+            lane,
+            name=f"W{slot}.{generation}",
+            standby=True,
+            poll_interval=TICK,
+            batch_size=rows_in_flight,
+            rows_in_flight=rows_in_flight,
+            group_marks=group_marks,
         )
 
     live = [spare(0), spare(1)]
@@ -104,9 +116,10 @@ def test_f2_random_kills_lose_nothing_and_duplicate_at_most_once_per_kill(  # no
     # row claimed and unmarked when it died.
     held = Counter(row for worker in killed for row in _in_flight(worker))
     unexplained = {i: copies[i] for i in ids if copies[i] - 1 > held[i]}
-    bound = max_duplicates(crashes=kills, rows_in_flight=ROWS_IN_FLIGHT)
+    bound = max_duplicates(crashes=kills, rows_in_flight=rows_in_flight)
     report(
-        f"F2 kills={kills} lost={lost} duplicates={duplicates} (bound {bound})"
+        f"F2 rows_in_flight={rows_in_flight} group_marks={group_marks}"
+        f" kills={kills} lost={lost} duplicates={duplicates} (bound {bound})"
         f" rows={len(ids)} workers=2 seed={seed} kills_over={kill_span:.1f}s"
     )
 

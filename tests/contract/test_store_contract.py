@@ -86,6 +86,18 @@ async def dispatched_row(h, *, lane: str = LANE) -> int:
     return row_id
 
 
+#: The two ways to record a mark: alone, or as a group of one through ``mark_many`` (its own
+#: statement, fenced and scrubbing on the same rules).
+VIA = pytest.mark.parametrize("via", ["mark_if_pending", "mark_many"])
+
+
+async def apply(h, via: str, mark: Mark) -> MarkResult:
+    if via == "mark_if_pending":
+        return await h.store.mark_if_pending(mark)
+    (result,) = await h.store.mark_many([mark])
+    return result
+
+
 # --- the port -------------------------------------------------------------------------------------
 
 
@@ -355,7 +367,8 @@ async def test_concurrent_claimers_take_disjoint_rows(harness):
 # --- marks ----------------------------------------------------------------------------------------
 
 
-async def test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest(harness):
+@VIA
+async def test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest(harness, via):
     h = harness
     payload = {
         "to": "alice@example.org",
@@ -368,7 +381,7 @@ async def test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest(
     row_id = (await h.enqueue(NewMessage(LANE, payload))).row_id
     row = await claim_one(h, row_id)
 
-    result = await h.store.mark_if_pending(Mark.dispatched(row, scrub_keys=SECRETS))
+    result = await apply(h, via, Mark.dispatched(row, scrub_keys=SECRETS))
 
     assert result is MarkResult.APPLIED
     stored = await h.store.get(row_id)
@@ -387,12 +400,13 @@ async def test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest(
     assert await h.store.claim_due(claim(h.now + 10 * LEASE)) == []
 
 
-async def test_skipped_mark_scrubs_too_and_keeps_its_reason(harness):
+@VIA
+async def test_skipped_mark_scrubs_too_and_keeps_its_reason(harness, via):
     h = harness
     row_id = (await h.enqueue(message(to="a@example.org", invite_url="https://x/SECRET"))).row_id
     row = await claim_one(h, row_id)
     mark = Mark.skipped(row, "recipient opted out", scrub_keys=SECRETS)
-    assert await h.store.mark_if_pending(mark) is MarkResult.APPLIED
+    assert await apply(h, via, mark) is MarkResult.APPLIED
     stored = await h.store.get(row_id)
     assert stored is not None
     assert (stored.status, stored.last_error) == (Status.SKIPPED, "recipient opted out")
@@ -400,15 +414,14 @@ async def test_skipped_mark_scrubs_too_and_keeps_its_reason(harness):
     assert stored.scrubbed_at is not None
 
 
-async def test_failed_mark_keeps_the_whole_payload(harness):
+@VIA
+async def test_failed_mark_keeps_the_whole_payload(harness, via):
     h = harness
     payload = {"to": "a@example.org", "setup_url": "https://x/SECRET", "pdf": "JVBERi0x"}
     row_id = (await h.enqueue(NewMessage(LANE, payload))).row_id
     row = await claim_one(h, row_id)
 
-    assert await h.store.mark_if_pending(Mark.failed(row, "550 5.1.1 no such user")) is (
-        MarkResult.APPLIED
-    )
+    assert await apply(h, via, Mark.failed(row, "550 5.1.1 no such user")) is (MarkResult.APPLIED)
 
     stored = await h.store.get(row_id)
     assert stored is not None
@@ -420,15 +433,14 @@ async def test_failed_mark_keeps_the_whole_payload(harness):
     assert await h.store.claim_due(claim(h.now + 10 * LEASE)) == []
 
 
-async def test_retry_mark_sets_the_next_due_time_and_ends_the_claim(harness):
+@VIA
+async def test_retry_mark_sets_the_next_due_time_and_ends_the_claim(harness, via):
     h = harness
     row_id = (await h.enqueue(message())).row_id
     row = await claim_one(h, row_id)
     again_at = h.now + timedelta(minutes=5)
 
-    result = await h.store.mark_if_pending(
-        Mark.retry(row, "451 4.3.0 busy", next_attempt_at=again_at)
-    )
+    result = await apply(h, via, Mark.retry(row, "451 4.3.0 busy", next_attempt_at=again_at))
 
     assert result is MarkResult.APPLIED
     stored = await h.store.get(row_id)
@@ -440,13 +452,14 @@ async def test_retry_mark_sets_the_next_due_time_and_ends_the_claim(harness):
         None,
     )
     # The retry ended the claim: a second mark of the same claim is stale.
-    assert await h.store.mark_if_pending(Mark.failed(row, "late")) is MarkResult.STALE
+    assert await apply(h, via, Mark.failed(row, "late")) is MarkResult.STALE
     assert await h.store.claim_due(claim(again_at - TICK)) == []
     (again,) = await h.store.claim_due(claim(again_at))
     assert (again.id, again.attempts) == (row_id, 2)
 
 
-async def test_a_mark_with_a_wrong_token_is_stale_and_changes_nothing(harness):
+@VIA
+async def test_a_mark_with_a_wrong_token_is_stale_and_changes_nothing(harness, via):
     h = harness
     row_id = (await h.enqueue(message(to="a@example.org", setup_url="https://x/SECRET"))).row_id
     row = await claim_one(h, row_id)
@@ -464,36 +477,36 @@ async def test_a_mark_with_a_wrong_token_is_stale_and_changes_nothing(harness):
         scrub_keys=SECRETS,
     )
 
-    assert await h.store.mark_if_pending(forged) is MarkResult.STALE
+    assert await apply(h, via, forged) is MarkResult.STALE
 
     assert await h.store.get(row_id) == before
     assert (h.store.stats.applied_marks, h.store.stats.stale_marks) == (0, 1)
 
 
-async def test_a_mark_on_a_resolved_row_is_stale(harness):
+@VIA
+async def test_a_mark_on_a_resolved_row_is_stale(harness, via):
     h = harness
     row_id = (await h.enqueue(message())).row_id
     row = await claim_one(h, row_id)
-    assert await h.store.mark_if_pending(Mark.dispatched(row, scrub_keys=SECRETS)) is (
-        MarkResult.APPLIED
-    )
+    assert await apply(h, via, Mark.dispatched(row, scrub_keys=SECRETS)) is (MarkResult.APPLIED)
     resolved = await h.store.get(row_id)
 
-    late = await h.store.mark_if_pending(Mark.failed(row, "550 rejected"))
+    late = await apply(h, via, Mark.failed(row, "550 rejected"))
 
     assert late is MarkResult.STALE
     assert await h.store.get(row_id) == resolved
 
 
-async def test_a_late_mark_after_a_sibling_reclaimed_the_row_is_stale(harness):
+@VIA
+async def test_a_late_mark_after_a_sibling_reclaimed_the_row_is_stale(harness, via):
     """The fence (C10): the status guard alone would let the late failure overwrite the row."""
     h = harness
     row_id = (await h.enqueue(message(to="a@example.org", setup_url="https://x/SECRET"))).row_id
     slow = await claim_one(h, row_id)
     sibling = await claim_one(h, row_id, at=h.now + LEASE)  # the slow worker's lease ran out
 
-    late_failure = await h.store.mark_if_pending(Mark.failed(slow, "550 late and wrong"))
-    late_success = await h.store.mark_if_pending(Mark.dispatched(slow, scrub_keys=SECRETS))
+    late_failure = await apply(h, via, Mark.failed(slow, "550 late and wrong"))
+    late_success = await apply(h, via, Mark.dispatched(slow, scrub_keys=SECRETS))
 
     assert (late_failure, late_success) == (MarkResult.STALE, MarkResult.STALE)
     stored = await h.store.get(row_id)
@@ -505,9 +518,58 @@ async def test_a_late_mark_after_a_sibling_reclaimed_the_row_is_stale(harness):
     )
     assert stored.last_error is None
     assert stored.payload == {"to": "a@example.org", "setup_url": "https://x/SECRET"}
-    assert await h.store.mark_if_pending(Mark.dispatched(sibling, scrub_keys=SECRETS)) is (
-        MarkResult.APPLIED
+    assert await apply(h, via, Mark.dispatched(sibling, scrub_keys=SECRETS)) is (MarkResult.APPLIED)
+
+
+async def test_mark_many_applies_each_mark_fenced_on_its_own_and_answers_in_order(harness):
+    h = harness
+    secret = {"to": "a@example.org", "setup_url": "https://x/SECRET"}
+    taken, sent, failed, retried, skipped = [
+        (await h.enqueue(NewMessage(LANE, secret))).row_id for _ in range(5)
+    ]
+    rows = {row.id: row for row in await h.store.claim_due(claim(h.now))}
+    again_at = h.now + timedelta(minutes=5)
+    # The first row's lease ran out and a sibling claimed it: its claim has moved on.
+    (sibling,) = await h.store.claim_due(claim(h.now + LEASE, limit=1))
+    assert sibling.id == taken
+
+    results = await h.store.mark_many(
+        [
+            Mark.failed(rows[failed], "550 no such user"),
+            Mark.dispatched(rows[sent], scrub_keys=SECRETS),
+            Mark.dispatched(rows[taken], scrub_keys=SECRETS),  # the old claim's: stale
+            Mark.retry(rows[retried], "451 busy", next_attempt_at=again_at),
+            Mark.skipped(rows[skipped], "opted out", scrub_keys=SECRETS),
+        ]
     )
+
+    assert results == [MarkResult.APPLIED] * 2 + [MarkResult.STALE] + [MarkResult.APPLIED] * 2
+    got = {i: await h.store.get(i) for i in (sent, failed, retried, skipped, taken)}
+    assert {i: r.status for i, r in got.items()} == {
+        sent: Status.DISPATCHED,
+        failed: Status.FAILED,
+        retried: Status.PENDING,
+        skipped: Status.SKIPPED,
+        taken: Status.PENDING,
+    }
+    assert got[sent].payload == got[skipped].payload == {"to": "a@example.org"}
+    assert got[failed].payload == got[retried].payload == got[taken].payload == secret
+    assert (got[retried].next_attempt_at, got[retried].claim_token) == (again_at, None)
+    assert got[taken].claim_token == sibling.token.value
+    assert (got[failed].last_error, got[skipped].last_error) == ("550 no such user", "opted out")
+    assert (h.store.stats.applied_marks, h.store.stats.stale_marks) == (4, 1)
+
+
+async def test_mark_many_of_nothing_is_nothing_and_two_marks_of_one_row_are_refused(harness):
+    h = harness
+    assert list(await h.store.mark_many([])) == []
+    row_id = (await h.enqueue(message())).row_id
+    row = await claim_one(h, row_id)
+    with pytest.raises(ValueError, match="two marks for the same row"):
+        await h.store.mark_many([Mark.failed(row, "a"), Mark.dispatched(row, scrub_keys=SECRETS)])
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert stored.status is Status.PENDING
 
 
 async def test_concurrent_marks_of_one_claim_apply_once(harness):

@@ -239,6 +239,25 @@ class FailingStore:
         self.trigger.reached(KillPoint.AFTER_MARK, row=mark.row_id)
         return result
 
+    async def mark_many(self, marks: Sequence[Mark]) -> Sequence[MarkResult]:
+        """The grouped mark: one write, then a ``mark`` event per row (the points fire once)."""
+        self.trigger.reached(KillPoint.MID_MARK, row=marks[0].row_id if marks else None)
+        results = await self.inner.mark_many(marks)
+        for mark, result in zip(marks, results, strict=True):
+            self.trigger.emit(
+                {
+                    "event": "mark",
+                    "row": mark.row_id,
+                    "status": str(mark.status),
+                    "reason": mark.reason,
+                    "result": result.value,
+                    "t": time.time(),
+                }
+            )
+        if marks:
+            self.trigger.reached(KillPoint.AFTER_MARK, row=marks[-1].row_id)
+        return results
+
     async def release(self, row_id: RowId, token: ClaimToken) -> MarkResult:
         return await self.inner.release(row_id, token)
 

@@ -125,6 +125,9 @@ class WorkerOptions:
     ca_file: str
     lane: str
     batch_size: int = 1
+    #: Rows of a batch sent at once, and whether their marks are grouped per window.
+    rows_in_flight: int = 1
+    group_marks: bool = False
     #: Step budgets in seconds (see :data:`CHAOS_BUDGETS`).
     budgets: Mapping[str, float] = CHAOS_BUDGETS
     #: The claim lease; ``None``: per-row x batch + 0.75 s.
@@ -162,6 +165,10 @@ class WorkerOptions:
             args += ["--budget", f"{step}={seconds}"]
         if self.lease_seconds is not None:
             args += ["--lease-seconds", str(self.lease_seconds)]
+        if self.rows_in_flight != 1:
+            args += ["--rows-in-flight", str(self.rows_in_flight)]
+        if self.group_marks:
+            args.append("--group-marks")
         if self.standby:
             args.append("--standby")
         if self.drain:
@@ -356,6 +363,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ca-file", required=True)
     parser.add_argument("--lane", required=True)
     parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--rows-in-flight", type=int, default=1)
+    parser.add_argument("--group-marks", action="store_true")
     parser.add_argument("--lease-seconds", type=float, default=None)
     parser.add_argument("--budget", action="append", default=[], metavar="STEP=SECONDS")
     parser.add_argument("--poll-interval", type=float, default=0.25)
@@ -429,7 +438,12 @@ async def _serve(args: argparse.Namespace, trigger: Trigger) -> int:
         max_attempts=args.max_attempts, base=retry, cap=max(retry, timedelta(seconds=2))
     )
     config = LaneConfig(
-        lane=args.lane, timing=timing, backoff=backoff, poll_interval=args.poll_interval
+        lane=args.lane,
+        timing=timing,
+        backoff=backoff,
+        poll_interval=args.poll_interval,
+        rows_in_flight=args.rows_in_flight,
+        group_marks=args.group_marks,
     )
     settings = SmtpSettings(
         host=args.smtp_host,

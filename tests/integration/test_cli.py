@@ -307,6 +307,10 @@ def test_worker_stops_gracefully_on_sigterm(dsn, lane, sink):
             ),
         ),
         (["--smtp-sessions", "65"], "--smtp-sessions (OUTBOX_SMTP_SESSIONS): SMTP max_sessions"),
+        (
+            ["--group-marks"],
+            "--group-marks (OUTBOX_GROUP_MARKS): group_marks needs rows_in_flight of 2 or more",
+        ),
     ],
 )
 def test_worker_refuses_rows_in_flight_or_sessions_it_cannot_use(dsn, lane, sink, args, named):
@@ -359,6 +363,22 @@ def test_rows_in_flight_and_smtp_sessions_bound_the_sends_at_once(
     assert most == at_once
     assert ("the rest wait for one" in result.stdout) is (rows_in_flight > sessions)
     assert [status_of(dsn, row_id)[0] for row_id in rows] == ["dispatched"] * 3
+
+
+def test_grouped_marks_deliver_every_row_once_and_say_their_bound(dsn, lane, sink):
+    rows = [enqueue_email(dsn, lane, f"group{n}@example.com") for n in range(5)]
+
+    result = run_worker(dsn, lane, sink, "--rows-in-flight", "2", "--group-marks")
+
+    assert result.exit_code == 0, result.output
+    assert (
+        "rows in flight: 2 (a crash can duplicate at most 2 row(s)); marks grouped per window"
+        in result.stdout
+    )
+    assert [status_of(dsn, row_id)[0] for row_id in rows] == ["dispatched"] * 5
+    assert sorted(r for mail in sink.received for r in mail.recipients) == sorted(
+        f"group{n}@example.com" for n in range(5)
+    )
 
 
 def test_the_worker_options_default_to_strict_listening_and_the_mailers_sessions(dsn, lane, sink):

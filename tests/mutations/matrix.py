@@ -19,6 +19,7 @@ STORE = "tests/integration/test_postgres_store.py"
 WORKER = "tests/integration/test_email_worker.py"
 ENCRYPTION = "tests/integration/test_encryption.py"
 STALE_WRITER = "tests/chaos/test_f5_stale_writer.py"  # F5: worker subprocesses, SIGSTOP/SIGCONT
+CONTRACT = "tests/contract/test_store_contract.py"
 
 
 @attrs.frozen
@@ -114,6 +115,36 @@ MUTANTS += (
         f"{ENCRYPTION}::test_rotation_never_writes_back_over_a_row_a_worker_marked_meanwhile",
         _replace(
             "REWRITE_PAYLOADS", "  AND sha256(convert_to(m.payload::text, 'UTF8')) = r.digest\n", ""
+        ),
+    ),
+)
+
+# The grouped mark (LaneConfig.group_marks) is a statement of its own: the same three mechanisms.
+MUTANTS += (
+    Mutant(
+        "mark-many-no-status-guard",
+        "status guard on grouped marks",
+        "drop AND m.status = 'pending'",
+        f"{CONTRACT}::test_a_mark_on_a_resolved_row_is_stale[postgres-mark_many]",
+        _replace("MARK_MANY", "  AND m.status = 'pending'\n", ""),
+    ),
+    Mutant(
+        "mark-many-no-token-fence",
+        "claim-token fence on grouped marks",
+        "drop AND m.claim_token = v.token",
+        f"{CONTRACT}::test_a_late_mark_after_a_sibling_reclaimed_the_row_is_stale[postgres-mark_many]",
+        _replace("MARK_MANY", "  AND m.claim_token = v.token\n", ""),
+    ),
+    Mutant(
+        "mark-many-no-scrub",
+        "scrub in the grouped dispatched/skipped UPDATE",
+        "drop the scrub",
+        f"{CONTRACT}::test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest[postgres-mark_many]",
+        _replace(
+            "MARK_MANY",
+            "    payload = CASE WHEN v.scrub AND jsonb_typeof(m.payload) = 'object'\n"
+            "                   THEN m.payload - %(scrub_keys)s::text[] ELSE m.payload END,\n",
+            "",
         ),
     ),
 )

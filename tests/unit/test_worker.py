@@ -98,6 +98,91 @@ async def test_rows_in_flight_sends_that_many_rows_at_the_same_time() -> None:
     assert report.dispatched == 4
 
 
+class CountingStore(MemoryStore):
+    """Counts the writes that record marks, and what was unrecorded when each send started."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.writes: list[list[int]] = []
+        self.sent = 0
+        self.recorded = 0
+        #: Rows sent and not yet recorded, as each send started: a crash would repeat them.
+        self.exposed: list[int] = []
+
+    async def mark_if_pending(self, mark):  # type: ignore[no-untyped-def]
+        self.writes.append([int(mark.row_id)])
+        self.recorded += 1
+        return await super().mark_if_pending(mark)
+
+    async def mark_many(self, marks):  # type: ignore[no-untyped-def]
+        self.writes.append([int(m.row_id) for m in marks])
+        self.recorded += len(marks)
+        return await super().mark_many(marks)
+
+
+async def test_grouped_marks_record_each_window_of_rows_in_flight_with_one_write() -> None:
+    clock = FakeClock(T0)
+    store = CountingStore(clock)
+    ids = [
+        int(store.enqueue(NewMessage("email", {"n": n, "invite_url": "s"})).row_id)
+        for n in range(10)
+    ]
+
+    async def send(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        store.exposed.append(store.sent - store.recorded + 1)
+        store.sent += 1
+        await asyncio.sleep(0)
+        if row.id == ids[5]:
+            return Outcome.permanent("550 no such user")
+        return Outcome.sent()
+
+    timing = EmailTiming(batch_size=10)
+    worker = worker_for(store, send, clock, timing=timing, rows_in_flight=4, group_marks=True)
+    report = await worker.run_once()
+
+    assert store.writes == [ids[0:4], ids[4:8], ids[8:10]]  # one write per window, in order
+    assert max(store.exposed) == 4  # a crash could repeat at most rows_in_flight rows
+    assert (report.claimed, report.dispatched, report.failed) == (10, 9, 1)
+    rows = {row.id: row for row in store.rows()}
+    assert rows[ids[5]].status is Status.FAILED
+    assert rows[ids[5]].payload["invite_url"] == "s"
+    assert all(
+        r.status is Status.DISPATCHED and "invite_url" not in r.payload
+        for i, r in rows.items()
+        if i != ids[5]
+    )
+
+
+async def test_a_stale_mark_in_a_group_is_dropped_and_the_others_apply() -> None:
+    store, clock, ids = setup(2)
+
+    async def send(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        if row.id == ids[0]:  # meanwhile a sibling re-claimed this row (its lease ran out)
+            await store.release(row.id, row.token)
+            await store.claim_due(
+                ClaimRequest("email", 1, timedelta(minutes=5), ClaimToken("f" * 32), now=T0)
+            )
+        return Outcome.sent()
+
+    timing = EmailTiming(batch_size=2)
+    worker = worker_for(store, send, clock, timing=timing, rows_in_flight=2, group_marks=True)
+    report = await worker.run_once()
+
+    assert (report.dispatched, report.stale_marks) == (1, 1)
+    first, second = await store.get(ids[0]), await store.get(ids[1])
+    assert first is not None
+    assert second is not None
+    assert (first.status, first.claim_token) == (Status.PENDING, "f" * 32)
+    assert second.status is Status.DISPATCHED
+
+
+def test_grouped_marks_need_more_than_one_row_in_flight() -> None:
+    with pytest.raises(ConfigurationError, match="group_marks needs rows_in_flight of 2 or more"):
+        LaneConfig(group_marks=True)
+    with pytest.raises(ConfigurationError, match="group_marks must be True or False"):
+        LaneConfig(timing=EmailTiming(batch_size=4), rows_in_flight=2, group_marks=1)  # type: ignore[arg-type]
+
+
 def test_rows_in_flight_is_bounded_by_the_batch() -> None:
     with pytest.raises(ConfigurationError, match="rows_in_flight must be between 1 and the batch"):
         LaneConfig(timing=EmailTiming(batch_size=5), rows_in_flight=6)

@@ -95,14 +95,25 @@ def _timing(budgets: Sequence[str], batch_size: int, batch_timeout: float | None
 
 
 def _lane_config(
-    lane: str, timing: EmailTiming, poll_interval: float, rows_in_flight: int
+    lane: str,
+    timing: EmailTiming,
+    poll_interval: float,
+    rows_in_flight: int,
+    *,
+    group_marks: bool = False,
 ) -> LaneConfig:
     try:
         return LaneConfig(
-            lane=lane, timing=timing, poll_interval=poll_interval, rows_in_flight=rows_in_flight
+            lane=lane,
+            timing=timing,
+            poll_interval=poll_interval,
+            rows_in_flight=rows_in_flight,
+            group_marks=group_marks,
         )
     except ConfigurationError as exc:
-        # poll_interval is already checked by click; only rows_in_flight can be refused here.
+        # poll_interval is already checked by click; only these two can be refused here.
+        if "group_marks" in str(exc):
+            raise setting_error("--group-marks", "OUTBOX_GROUP_MARKS", str(exc)) from None
         raise setting_error("--rows-in-flight", "OUTBOX_ROWS_IN_FLIGHT", str(exc)) from None
 
 
@@ -226,6 +237,15 @@ def _smtp_settings(  # noqa: PLR0913 - one parameter per option
     " most N rows. 1 is the strict mode.",
 )
 @option(
+    "--group-marks/--no-group-marks",
+    env="OUTBOX_GROUP_MARKS",
+    default=False,
+    show_default=True,
+    help="Record the rows in flight with one statement per window of N rows (needs"
+    " --rows-in-flight 2 or more): the next window starts only once it is recorded, so the"
+    " duplicate bound stays N rows per crash.",
+)
+@option(
     "--poll-interval",
     env="OUTBOX_POLL_INTERVAL",
     type=click.FloatRange(min=0, min_open=True),
@@ -273,6 +293,7 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     batch_size: int,
     batch_timeout: float | None,
     rows_in_flight: int,
+    group_marks: bool,  # noqa: FBT001
     poll_interval: float,
     listen: bool,  # noqa: FBT001
     budgets: tuple[str, ...],
@@ -285,7 +306,7 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     timing = _timing(budgets, batch_size, batch_timeout)
     options = WorkerOptions(
         database_url=database_url,
-        config=_lane_config(lane, timing, poll_interval, rows_in_flight),
+        config=_lane_config(lane, timing, poll_interval, rows_in_flight, group_marks=group_marks),
         sender=sender,
         sender_name=sender_name,
         drain=drain,
@@ -306,6 +327,7 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     waits = f"; only {smtp.max_sessions} SMTP session(s) (--smtp-sessions): the rest wait for one"
     click.echo(
         f"rows in flight: {rows_in_flight} (a crash can duplicate at most {rows_in_flight} row(s))"
+        + ("; marks grouped per window of rows in flight" if group_marks else "")
         + (waits if rows_in_flight > smtp.max_sessions else "")
     )
     click.echo(smtp.describe())

@@ -244,26 +244,38 @@ class MemoryStore:
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
         await asyncio.sleep(0)
         with self._lock:
-            row = self._fenced_row(mark.row_id, mark.token)
-            if row is not None:
-                now = self._clock.now()
-                row.status = mark.status
-                row.last_error = mark.reason
-                if mark.next_attempt_at is not None:
-                    row.next_attempt_at = mark.next_attempt_at
-                if mark.status is Status.PENDING:
-                    # A retry ends the claim: no later mark of it can land.
-                    row.resolved_at = None
-                    row.claim_token = None
-                else:
-                    # A resolved row keeps its token: the record of which claim resolved it.
-                    row.resolved_at = now
-                # The scrub, in the same step as the status change (catalogue C6).
-                row.payload = _scrubbed(row.payload, mark.scrub_keys)
-                if mark.status in (Status.DISPATCHED, Status.SKIPPED):
-                    row.scrubbed_at = now
-                row.updated_at = now
-            return self._result(row is not None, mark.row_id, f"mark {mark.status}")
+            return self._apply(mark)
+
+    async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:
+        await asyncio.sleep(0)
+        ids = [coerce_row_id(m.row_id) for m in marks]
+        if len(set(ids)) != len(ids):
+            raise ValueError("mark_many: two marks for the same row")
+        with self._lock:  # one step for the lot, as one statement is on PostgreSQL
+            return [self._apply(mark) for mark in marks]
+
+    def _apply(self, mark: Mark) -> MarkResult:
+        """Apply one mark if the fence admits it (the caller holds the lock)."""
+        row = self._fenced_row(mark.row_id, mark.token)
+        if row is not None:
+            now = self._clock.now()
+            row.status = mark.status
+            row.last_error = mark.reason
+            if mark.next_attempt_at is not None:
+                row.next_attempt_at = mark.next_attempt_at
+            if mark.status is Status.PENDING:
+                # A retry ends the claim: no later mark of it can land.
+                row.resolved_at = None
+                row.claim_token = None
+            else:
+                # A resolved row keeps its token: the record of which claim resolved it.
+                row.resolved_at = now
+            # The scrub, in the same step as the status change (catalogue C6).
+            row.payload = _scrubbed(row.payload, mark.scrub_keys)
+            if mark.status in (Status.DISPATCHED, Status.SKIPPED):
+                row.scrubbed_at = now
+            row.updated_at = now
+        return self._result(row is not None, mark.row_id, f"mark {mark.status}")
 
     async def release(
         self, row_id: RowId, token: ClaimToken, *, now: datetime | None = None

@@ -24,6 +24,7 @@ __all__ = [
     "LEADER_RELEASE",
     "LISTEN",
     "MARK",
+    "MARK_MANY",
     "RELEASE",
     "REQUEUE",
     "REQUEUE_CANDIDATES_BY_FILTER",
@@ -136,6 +137,34 @@ SET status = %(status)s::text,
 WHERE id = %(id)s
   AND status = 'pending'
   AND claim_token = %(token)s
+"""
+
+#: The grouped mark (opt-in, ``LaneConfig.group_marks``): the marks of one window of rows in flight,
+#: ONE statement and one commit, each row still fenced on its own (status guard and its claim's
+#: token), so a mark that lost its row is dropped while the others apply. Same columns as ``MARK``;
+#: the scrub keys are shared by the group (``scrub`` says which rows take them). Returns the ids
+#: that applied.
+MARK_MANY = """
+UPDATE outbox_message AS m
+SET status = v.status,
+    last_error = v.reason,
+    next_attempt_at = coalesce(v.next_attempt_at, m.next_attempt_at),
+    resolved_at = CASE WHEN v.status = 'pending' THEN NULL
+                       ELSE coalesce(%(now)s::timestamptz, now()) END,
+    claim_token = CASE WHEN v.status = 'pending' THEN NULL ELSE m.claim_token END,
+    payload = CASE WHEN v.scrub AND jsonb_typeof(m.payload) = 'object'
+                   THEN m.payload - %(scrub_keys)s::text[] ELSE m.payload END,
+    scrubbed_at = CASE WHEN v.status IN ('dispatched', 'skipped')
+                       THEN coalesce(%(now)s::timestamptz, now()) ELSE m.scrubbed_at END,
+    updated_at = now()
+FROM unnest(
+    %(ids)s::bigint[], %(tokens)s::text[], %(statuses)s::text[], %(reasons)s::text[],
+    %(next_attempt_ats)s::timestamptz[], %(scrubs)s::boolean[]
+) AS v(id, token, status, reason, next_attempt_at, scrub)
+WHERE m.id = v.id
+  AND m.status = 'pending'
+  AND m.claim_token = v.token
+RETURNING m.id
 """
 
 #: Give back a claimed row that was never started (graceful shutdown): due now, the claim's

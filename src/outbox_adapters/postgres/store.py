@@ -220,6 +220,31 @@ class PostgresStore:
         matched = await self._one_statement(statements.MARK, params)
         return self._fenced(matched, mark.row_id, f"mark {mark.status}")
 
+    async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:
+        """Apply several marks in one statement and one commit; each row is fenced on its own.
+
+        The results are in the order of ``marks``. Marks whose scrub keys differ go in separate
+        statements (a worker's marks all share its lane's keys, so that is one statement).
+        """
+        applied: set[int] = set()
+        for group in _scrub_groups(marks):
+            keys = next((sorted(m.scrub_keys) for m in group if m.scrub_keys), [])
+            params = {
+                "ids": [coerce_row_id(m.row_id) for m in group],
+                "tokens": [m.token.value for m in group],
+                "statuses": [m.status.value for m in group],
+                "reasons": [m.reason for m in group],
+                "next_attempt_ats": [m.next_attempt_at for m in group],
+                "scrubs": [bool(m.scrub_keys) for m in group],
+                "scrub_keys": keys,
+                "now": None,
+            }
+            applied.update(await self._returned_ids(statements.MARK_MANY, params))
+        return [
+            self._fenced(int(coerce_row_id(m.row_id) in applied), m.row_id, f"mark {m.status}")
+            for m in marks
+        ]
+
     async def release(
         self, row_id: RowId, token: ClaimToken, *, now: datetime | None = None
     ) -> MarkResult:
@@ -371,6 +396,23 @@ class PostgresStore:
             await self._give_back(conn, ok=ok)
         return matched
 
+    async def _returned_ids(self, query: str, params: Mapping[str, Any]) -> set[int]:
+        """Run one write as its own transaction; the ids it returned."""
+        conn = await self._take()
+        ok = False
+        try:
+            if conn.autocommit:
+                cur = await conn.execute(query, params)
+                ids = {r[0] for r in await cur.fetchall()}
+            else:
+                async with conn.transaction():
+                    cur = await conn.execute(query, params)
+                    ids = {r[0] for r in await cur.fetchall()}
+            ok = True
+        finally:
+            await self._give_back(conn, ok=ok)
+        return ids
+
     async def _take(self) -> AsyncConnection[Any]:
         """The kept connection if it is free, else one from the pool."""
         kept = self._kept
@@ -400,6 +442,24 @@ class PostgresStore:
 
     def _fenced(self, matched: int, row_id: RowId, what: str) -> MarkResult:
         return count_mark(self.stats, _log, applied=bool(matched), row_id=row_id, what=what)
+
+
+def _scrub_groups(marks: Sequence[Mark]) -> list[list[Mark]]:
+    """Marks grouped so that each group scrubs one set of keys (marks that scrub nothing join the
+    first group). Two marks of one row in a group are refused: which would win is undefined."""
+    ids = [coerce_row_id(m.row_id) for m in marks]
+    if len(set(ids)) != len(ids):
+        raise ValueError("mark_many: two marks for the same row")
+    groups: dict[frozenset[str], list[Mark]] = {}
+    for mark in marks:
+        if mark.scrub_keys:
+            groups.setdefault(mark.scrub_keys, []).append(mark)
+    plain = [m for m in marks if not m.scrub_keys]
+    if not groups:
+        return [plain] if plain else []
+    first = next(iter(groups))
+    groups[first].extend(plain)
+    return list(groups.values())
 
 
 async def _rowcount(conn: AsyncConnection[Any], query: str, params: Mapping[str, Any]) -> int:
