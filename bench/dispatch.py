@@ -6,8 +6,9 @@ N due rows, drains them, and checks that each row was dispatched exactly once an
 - ``library``: :class:`~outbox_adapters.worker.Worker` in its strict mode (``rows_in_flight=1``: a
   crash repeats at most the one row in flight), one store (pool) per worker;
 - ``raw``: :mod:`bench.raw`, the same claim and one autocommit fenced mark per row on psycopg;
-- ``library_in_flight``: the worker with ``rows_in_flight = batch`` (opt-in; a crash may repeat up to
-  that many rows), reported beside the others.
+- ``library_grouped``: the worker with 10 rows in flight and their marks grouped per window
+  (opt-in: ``rows_in_flight=10, group_marks=True``; a crash may repeat up to 10 rows, as many as
+  pgqueuer's batch), reported beside the others.
 
 Workers are asyncio tasks in this one process (each with its own connections), for both sides. The
 order of the three drains rotates from run to run, so none always runs first or last.
@@ -27,6 +28,8 @@ from bench.stats import Figure, ratio
 
 __all__ = ["SETTINGS", "measure"]
 
+#: Rows in flight (and so rows per grouped mark) in the grouped mode.
+GROUP_WINDOW: Final = 10
 #: name → (workers, batch size)
 SETTINGS: Final = {"1x10": (1, 10), "4x100": (4, 100)}
 
@@ -43,16 +46,17 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
     out: dict[str, Any] = {}
     for name, (workers, batch) in SETTINGS.items():
         strict = lane_config(batch)
-        in_flight = lane_config(batch, rows_in_flight=batch)
+        window = min(GROUP_WINDOW, batch)
+        grouped = lane_config(batch, rows_in_flight=window, group_marks=True)
         lease = strict.timing.claim_lease()
         strict_pool = pool_size(1, workers=workers, budget=budget)
-        in_flight_pool = pool_size(batch, workers=workers, budget=budget)
+        grouped_pool = pool_size(window, workers=workers, budget=budget, group_marks=True)
 
         async def library() -> tuple[int, float]:
             return await drain_library(dsn, workers=workers, config=strict, pool=strict_pool)  # noqa: B023
 
-        async def library_in_flight() -> tuple[int, float]:
-            return await drain_library(dsn, workers=workers, config=in_flight, pool=in_flight_pool)  # noqa: B023
+        async def library_grouped() -> tuple[int, float]:
+            return await drain_library(dsn, workers=workers, config=grouped, pool=grouped_pool)  # noqa: B023
 
         async def raw() -> tuple[int, float]:
             return await drain_raw(dsn, workers=workers, batch=batch, lease=lease)  # noqa: B023
@@ -60,7 +64,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         drains: dict[str, Callable[[], Awaitable[tuple[int, float]]]] = {
             "library": library,
             "raw": raw,
-            "library_in_flight": library_in_flight,
+            "library_grouped": library_grouped,
         }
         rates: dict[str, list[float]] = {key: [] for key in drains}
         for run in range(runs):
@@ -76,17 +80,18 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
                 log(f"dispatch {name} run {run + 1}: {key} {done / seconds:,.0f} rows/s")
         library_fig = Figure.of(rates["library"], "rows/s")
         raw_fig = Figure.of(rates["raw"], "rows/s")
-        in_flight_fig = Figure.of(rates["library_in_flight"], "rows/s")
+        grouped_fig = Figure.of(rates["library_grouped"], "rows/s")
         out[name] = {
             "workers": workers,
             "batch": batch,
             "rows": sizes.dispatch_rows,
-            "pool_per_worker": {"strict": strict_pool, "in_flight": in_flight_pool},
+            "pool_per_worker": {"strict": strict_pool, "grouped": grouped_pool},
             "library_rows_per_s": library_fig,
             "raw_rows_per_s": raw_fig,
             "ratio": ratio(library_fig, raw_fig),
-            "library_in_flight_rows_per_s": in_flight_fig,
-            "in_flight_ratio": ratio(in_flight_fig, raw_fig),
+            "library_grouped_rows_per_s": grouped_fig,
+            "grouped_ratio": ratio(grouped_fig, raw_fig),
+            "grouped_window": window,
         }
     out["concurrency"] = "asyncio tasks in one process, each worker with its own connections"
     out["goal"] = "ratio >= 0.9"

@@ -39,12 +39,17 @@ async def noop_handler(row: ClaimedRow, *, budget: timedelta) -> Outcome:  # noq
 
 
 def lane_config(
-    batch: int, *, rows_in_flight: int = 1, poll_interval: float = DRAIN_POLL
+    batch: int,
+    *,
+    rows_in_flight: int = 1,
+    group_marks: bool = False,
+    poll_interval: float = DRAIN_POLL,
 ) -> LaneConfig:
     """The e-mail lane with its default budgets, at ``batch`` rows per claim."""
     return LaneConfig(
         timing=EmailTiming(batch_size=batch),
         rows_in_flight=rows_in_flight,
+        group_marks=group_marks,
         poll_interval=poll_interval,
     )
 
@@ -70,9 +75,11 @@ def connection_budget(dsn: str, *, reserve: int = _RESERVE) -> int:
     return max(4, limit - used - reserve)
 
 
-def pool_size(rows_in_flight: int, *, workers: int, budget: int) -> int:
-    """One connection for the claim plus one per mark in flight, within the server's budget."""
-    return max(2, min(rows_in_flight + 1, budget // workers))
+def pool_size(rows_in_flight: int, *, workers: int, budget: int, group_marks: bool = False) -> int:
+    """One connection for the claim plus one per mark in flight, within the server's budget
+    (grouped marks: one write per window, so one for the claim and one for the marks)."""
+    marks = 1 if group_marks else rows_in_flight
+    return max(2, min(marks + 1, budget // workers))
 
 
 async def drain_library(  # noqa: PLR0913 - keyword-only, one argument per knob of the drain

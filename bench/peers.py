@@ -10,9 +10,11 @@ faster path (its tool mixes sync and async entrypoints 50/50; a sync one runs in
 asyncpg as its driver, pgqueuer is also measured on psycopg (``peers.pgqueuer_psycopg``,
 ``peers.ratio_same_driver``), the library's driver, to tell the driver from the design.
 
-The library runs in two modes: strict at 4 x 100 (a crash repeats at most 1 row) and 10 rows in
-flight at 2 x 100 (at most 10 rows, as many as pgqueuer's batch); ``peers.library`` is the better of
-the two, named in ``peers.library.mode``, and each mode's duplicate window is stated.
+The library runs in three modes: strict at 4 x 100 (a crash repeats at most 1 row), 10 rows in
+flight at 2 x 100 each marked by its own statement, and 10 rows in flight at 4 x 100 with their
+marks grouped per window (both: at most 10 rows per crash, as many as pgqueuer's batch);
+``peers.library`` is the best of them, named in ``peers.library.mode``, and each mode's duplicate
+window is stated.
 """
 
 from __future__ import annotations
@@ -37,11 +39,16 @@ __all__ = ["DUPLICATE_WINDOW", "measure"]
 #: pgqueuer's benchmark defaults: 5 dequeue tasks x batch 10.
 PGQ_TASKS: Final = 5
 PGQ_BATCH: Final = 10
-#: The library's modes in this comparison: name → (workers, batch, rows in flight).
+#: The library's modes in this comparison: name → (workers, batch, rows in flight, grouped marks).
 #: On 2 cores fewer connections win: rows_in_flight=100 with a pool of ~20 per worker is slower than
 #: the strict mode (too many backends for the cores), so the candidates are the strict mode and 10
-#: rows in flight (pgqueuer's batch of 10 is its duplicate window too).
-LIBRARY_MODES: Final = {"strict_4x100": (4, 100, 1), "in_flight_10_2x100": (2, 100, 10)}
+#: rows in flight (pgqueuer's batch of 10 is its duplicate window too), marked row by row or with
+#: one statement per window of 10 (as pgqueuer logs a batch's completions together).
+LIBRARY_MODES: Final = {
+    "strict_4x100": (4, 100, 1, False),
+    "in_flight_10_2x100": (2, 100, 10, False),
+    "grouped_10_4x100": (4, 100, 10, True),
+}
 
 DUPLICATE_WINDOW: Final = {
     "pgqueuer": (
@@ -57,6 +64,11 @@ DUPLICATE_WINDOW: Final = {
     "library in-flight N": (
         "N rows per crash: up to N rows are sent at once, each still marked by its own"
         " statement; a crash can repeat the N in flight (N = 10 here)"
+    ),
+    "library grouped N": (
+        "N rows per crash: a window of N rows is sent at once and recorded by ONE statement"
+        " (each row still fenced on its own); the next window starts only after that commit,"
+        " so a crash can repeat the N of one window (N = 10 here)"
     ),
 }
 
@@ -155,7 +167,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
     driver = pgqueuer_driver()
 
     def library(mode: str) -> Callable[[], Awaitable[tuple[int, float]]]:
-        workers, batch, in_flight = LIBRARY_MODES[mode]
+        workers, batch, in_flight, group = LIBRARY_MODES[mode]
 
         async def drain() -> tuple[int, float]:
             rows.reset(dsn)
@@ -164,8 +176,8 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             result = await drain_library(
                 dsn,
                 workers=workers,
-                config=lane_config(batch, rows_in_flight=in_flight),
-                pool=pool_size(in_flight, workers=workers, budget=budget),
+                config=lane_config(batch, rows_in_flight=in_flight, group_marks=group),
+                pool=pool_size(in_flight, workers=workers, budget=budget, group_marks=group),
             )
             rows.verify_drain(dsn, jobs, what=f"peers library {mode}")
             return result

@@ -51,7 +51,13 @@ def _bars(ax: Any, x: float, figure: Figure | None, *, color: str, label: str | 
 def _throughput(results: Mapping[str, Any], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only with the bench extra
 
-    colors = {"raw": "#999999", "strict": "#1f77b4", "in_flight": "#2ca02c", "pgq": "#d62728"}
+    colors = {
+        "raw": "#999999",
+        "strict": "#1f77b4",
+        "in_flight": "#2ca02c",
+        "grouped": "#9467bd",
+        "pgq": "#d62728",
+    }
     fig, ax = plt.subplots(figsize=(9, 4.8))
     ticks: list[float] = []
     labels: list[str] = []
@@ -68,9 +74,9 @@ def _throughput(results: Mapping[str, Any], path: Path, title: str) -> None:
         bar(x + 1, _fig(results, f"{base}.library_rows_per_s"), "strict", "library strict")
         bar(
             x + 2,
-            _fig(results, f"{base}.library_in_flight_rows_per_s"),
-            "in_flight",
-            "library in-flight",
+            _fig(results, f"{base}.library_grouped_rows_per_s"),
+            "grouped",
+            "library grouped (10 in flight)",
         )
         ticks.append(x + 1)
         labels.append(setting.replace("x", " \N{MULTIPLICATION SIGN} "))
@@ -84,17 +90,24 @@ def _throughput(results: Mapping[str, Any], path: Path, title: str) -> None:
             "pgqueuer (5 \N{MULTIPLICATION SIGN} 10)",
         )
         modes = peers.get("library", {}).get("modes", {})
+        names = {
+            "strict": "library strict",
+            "in": "library in-flight",
+            "grouped": "library grouped (10 in flight)",
+        }
         for offset, mode in enumerate(modes, start=1):
-            strict = mode.startswith("strict")
+            kind = mode.split("_", 1)[0]
             bar(
                 x + offset,
                 _fig(results, f"peers.library.modes.{mode}.rows_per_s"),
-                "strict" if strict else "in_flight",
-                "library strict" if strict else "library in-flight",
+                {"in": "in_flight"}.get(kind, kind),
+                names.get(kind, mode),
             )
         ticks.append(x + len(modes) / 2)
         labels.append(
-            "vs pgqueuer\n(" + ", ".join(m.replace("in_flight_", "") for m in modes) + ")"
+            "vs pgqueuer\n("
+            + ", ".join(m.replace("in_flight_", "").replace("grouped_", "g") for m in modes)
+            + ")"
         )
     ax.set_xticks(ticks, labels)
     ax.set_ylabel("rows (jobs) per second, no-op send")

@@ -3,13 +3,16 @@
 
 - ``naive``: one ``aiosmtplib.send`` per message, in sequence: a new connection, EHLO, STARTTLS
   and EHLO again for every message. No database at all.
-- ``library``: rows loaded in the outbox, drained by one worker with ``rows_in_flight`` = 4 and
-  (when the mailer has it) ``SmtpSettings(max_sessions=4)``: four reused STARTTLS sessions at once.
-  It pays for the claim and one fenced mark per row on top of the SMTP exchange.
-- ``library_strict``: the same with ``rows_in_flight=1`` (one session, reused when available).
-- ``mailer_only``: a diagnostic: the same ``SmtpMailer`` (4 sessions) sending the same number of
-  messages with 4 in flight and no database at all. The gap between it and ``library`` is what the
-  claim, the per-row mark commit and the worker cost end to end.
+- ``library``: rows loaded in the outbox, drained by one worker with ``rows_in_flight`` = 8, its
+  marks grouped per window of 8 rows (``group_marks``: a crash repeats at most 8 rows) and (when
+  the mailer has it) ``SmtpSettings(max_sessions=8)``: eight reused STARTTLS sessions at once. It
+  pays for the claim, building each message from its row, and the marks.
+- ``library_per_row``: 4 rows in flight, each marked by its own statement, 4 sessions.
+- ``library_strict``: ``rows_in_flight=1`` (one session, reused when available).
+- ``mailer_only``: a diagnostic: the same ``SmtpMailer`` (8 sessions) sending the same number of
+  messages, built before the clock starts, with 8 in flight and no database at all. The gap
+  between it and ``library`` is what building the messages, the claim, the marks and the worker
+  cost end to end.
 
 Each run checks the sink received exactly the messages sent and, for the library, that every row
 ended dispatched once and scrubbed.
@@ -42,8 +45,10 @@ from outbox_core.tls import SmtpSecurityPolicy
 __all__ = ["measure"]
 
 SENDER: Final = "bench@bench.example"
-#: Messages in flight (and SMTP sessions) in the library's main mode.
-IN_FLIGHT: Final = 4
+#: Messages in flight (and SMTP sessions) in the library's main mode (marks grouped per window).
+IN_FLIGHT: Final = 8
+#: Messages in flight (and sessions) with a mark statement per row.
+PER_ROW_IN_FLIGHT: Final = 4
 #: Rows per claim for the SMTP drains.
 BATCH: Final = 50
 #: Seconds one SMTP command may take in the naive loop.
@@ -88,17 +93,20 @@ def _settings(sink: SinkProcess, sessions: int) -> SmtpSettings:
     )
 
 
-async def _library(dsn: str, sink: SinkProcess, messages: int, in_flight: int) -> tuple[int, float]:
+async def _library(
+    dsn: str, sink: SinkProcess, messages: int, in_flight: int, *, group: bool = False
+) -> tuple[int, float]:
     rows.reset(dsn)
     rows.load_pending(dsn, messages)
     mailer = SmtpMailer(_settings(sink, in_flight))
     handler = EmailHandler(mailer, sender=SENDER, clock=SystemClock())
+    budget = connection_budget(dsn)
     try:
         done, seconds = await drain_library(
             dsn,
             workers=1,
-            config=lane_config(BATCH, rows_in_flight=in_flight),
-            pool=pool_size(in_flight, workers=1, budget=connection_budget(dsn)),
+            config=lane_config(BATCH, rows_in_flight=in_flight, group_marks=group),
+            pool=pool_size(in_flight, workers=1, budget=budget, group_marks=group),
             handler=handler,
         )
     finally:
@@ -159,7 +167,10 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             return await _naive(sink, messages)
 
         async def library() -> tuple[int, float]:
-            return await _library(dsn, sink, messages, IN_FLIGHT)
+            return await _library(dsn, sink, messages, IN_FLIGHT, group=True)
+
+        async def library_per_row() -> tuple[int, float]:
+            return await _library(dsn, sink, messages, PER_ROW_IN_FLIGHT)
 
         async def library_strict() -> tuple[int, float]:
             return await _library(dsn, sink, messages, 1)
@@ -170,6 +181,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         drains: dict[str, Callable[[], Awaitable[tuple[int, float]]]] = {
             "naive": naive,
             "library": library,
+            "library_per_row": library_per_row,
             "library_strict": library_strict,
             "mailer_only": mailer_only,
         }
@@ -190,6 +202,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
     naive_fig = Figure.of(rates["naive"], "msg/s")
     library_fig = Figure.of(rates["library"], "msg/s")
     strict_fig = Figure.of(rates["library_strict"], "msg/s")
+    per_row_fig = Figure.of(rates["library_per_row"], "msg/s")
     mailer_fig = Figure.of(rates["mailer_only"], "msg/s")
     reuse = variants.smtp_session_reuse()
     return {
@@ -197,14 +210,20 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         "naive_msgs_per_s": naive_fig,
         "library_msgs_per_s": library_fig,
         "ratio": ratio(library_fig, naive_fig),
+        "library_per_row_msgs_per_s": per_row_fig,
+        "per_row_ratio": ratio(per_row_fig, naive_fig),
         "library_strict_msgs_per_s": strict_fig,
         "strict_ratio": ratio(strict_fig, naive_fig),
         "mailer_only_msgs_per_s": mailer_fig,
         "mailer_only_ratio": ratio(mailer_fig, naive_fig),
         "variant": {
             "session_reuse": reuse,
-            "library": f"1 worker x batch {BATCH}, rows_in_flight={IN_FLIGHT}"
-            + (f", max_sessions={IN_FLIGHT}" if reuse else ", a new connection per message"),
+            "library": f"1 worker x batch {BATCH}, rows_in_flight={IN_FLIGHT}, group_marks"
+            + (f", max_sessions={IN_FLIGHT}" if reuse else ", a new connection per message")
+            + f" (a crash repeats at most {IN_FLIGHT} rows)",
+            "library_per_row": f"1 worker x batch {BATCH}, rows_in_flight={PER_ROW_IN_FLIGHT}"
+            + (f", max_sessions={PER_ROW_IN_FLIGHT}" if reuse else "")
+            + ", a mark statement per row",
             "library_strict": "1 worker x batch 50, rows_in_flight=1"
             + (", max_sessions=1" if reuse else ", a new connection per message"),
             "naive": "aiosmtplib.send per message: new connection + STARTTLS each time",
