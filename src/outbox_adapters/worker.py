@@ -82,6 +82,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: A claim's rows and the monotonic instant it started.
+_Claimed = tuple[Sequence[ClaimedRow], float]
 
 
 async def run_detached(coro: Coroutine[Any, Any, T], keep: set[asyncio.Task[Any]]) -> T:
@@ -275,6 +277,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._marks: set[asyncio.Task[Any]] = set()
         self._term: LeaderTerm | None = None
+        #: The next batch's claim, started while this batch's last mark runs (inside run() only).
+        self._ahead: asyncio.Task[_Claimed] | None = None
+        self._claims_ahead = False
         # The budgets as seconds, once (the config is frozen): the per-row path reads them.
         timing = self.config.timing
         self._per_row = timing.per_row.total_seconds()
@@ -293,10 +298,12 @@ class Worker:
 
     async def run(self, *, drain: bool = False) -> WorkerStats:
         """Work until :meth:`request_stop` (or, with ``drain``, until a claim finds nothing due)."""
+        self._claims_ahead = True
         try:
             failures = 0
             while not self.stopping:
                 if not await self._lead():
+                    await self._give_back_ahead()  # claimed while leading: not ours to send now
                     if drain:  # another replica leads this lane and is draining it
                         _log.warning("lane %s is led by another worker", self.config.lane)
                         break
@@ -322,6 +329,8 @@ class Worker:
                 if report.claimed < self.config.timing.batch_size:
                     await self._pause(self.config.poll_interval, wakeable=True)
         finally:
+            self._claims_ahead = False
+            await self._give_back_ahead()
             await self.wait_for_marks()
             await self._step_down()
         return self.stats
@@ -330,22 +339,9 @@ class Worker:
         """Claim one batch and work it. Returns what happened."""
         report = BatchReport()
         timing = self.config.timing
+        ahead, self._ahead = self._ahead, None
+        rows, claim_start = await (ahead if ahead is not None else self._claim())
         lease = timing.claim_lease()
-        token = ClaimToken.from_entropy(self._entropy(16))
-        # The lease started no earlier than this instant, so trusting it until claim_start + lease
-        # on our monotonic clock can only err on the short side.
-        claim_start = self.clock.monotonic()
-        if self.wakeup is not None:
-            # Clear, then claim, then wait: a commit that lands during the claim sets it again,
-            # so the next pause returns at once instead of sleeping on a due row.
-            self.wakeup.clear()
-        # Bounded: on a silent network partition an unbounded claim would wait for the kernel's
-        # retransmission timeout (~15 min) and a stop request would never be honoured. If the
-        # claim did commit, its rows simply come back when their lease ends.
-        async with asyncio.timeout(self.config.claim_budget.total_seconds()):
-            rows = await self.store.claim_due(
-                ClaimRequest(self.config.lane, timing.batch_size, lease, token)
-            )
         report.claimed = len(rows)
         if rows:
             lease_end = claim_start + lease.total_seconds()
@@ -372,6 +368,57 @@ class Worker:
         self.stats.add(report)
         self.stats.batches += 1
         return report
+
+    async def _claim(self) -> _Claimed:
+        """Claim a batch: the rows, and the monotonic instant the claim started."""
+        timing = self.config.timing
+        token = ClaimToken.from_entropy(self._entropy(16))
+        # The lease started no earlier than this instant, so trusting it until claim_start + lease
+        # on our monotonic clock can only err on the short side.
+        claim_start = self.clock.monotonic()
+        if self.wakeup is not None:
+            # Clear, then claim, then wait: a commit that lands during the claim sets it again,
+            # so the next pause returns at once instead of sleeping on a due row.
+            self.wakeup.clear()
+        # Bounded: on a silent network partition an unbounded claim would wait for the kernel's
+        # retransmission timeout (~15 min) and a stop request would never be honoured. If the
+        # claim did commit, its rows simply come back when their lease ends.
+        async with asyncio.timeout(self.config.claim_budget.total_seconds()):
+            rows = await self.store.claim_due(
+                ClaimRequest(self.config.lane, timing.batch_size, timing.claim_lease(), token)
+            )
+        return rows, claim_start
+
+    def _claim_ahead(self, batch: Sequence[ClaimedRow]) -> None:
+        """Start the next batch's claim now, alongside this batch's last mark.
+
+        Only inside :meth:`run`, after a full batch (a short one means the lane is drained, and
+        the worker pauses), while not stopping and while leadership is certain. The claimed rows
+        are not sent before the next batch starts, so the duplicate bound is unchanged; a stop
+        releases them (:meth:`_give_back_ahead`).
+        """
+        if (
+            self._claims_ahead
+            and self._ahead is None
+            and len(batch) == self.config.timing.batch_size
+            and not self.stopping
+            and self._leading_for_sure()
+        ):
+            self._ahead = asyncio.ensure_future(self._claim())
+
+    async def _give_back_ahead(self) -> None:
+        """Release the rows of a claim made ahead that no batch will work (stop, error)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        try:
+            rows, _ = await ahead
+        except Exception:  # noqa: BLE001 - a failed claim holds nothing to give back
+            return
+        report = BatchReport()
+        for row in rows:
+            await self._release(row, report)
+        self.stats.released += report.released
 
     async def wait_for_marks(self) -> None:
         """Wait for every detached mark still running (each is bounded by its own budget)."""
@@ -411,7 +458,7 @@ class Worker:
             if not self._may_start(batch_end):
                 await self._release_all(rows[index:], report)
                 return
-            await self._one(row, report, lease_end=lease_end)
+            await self._one(row, report, lease_end=lease_end, batch=rows)
 
     async def _work_in_windows(
         self,
@@ -434,6 +481,8 @@ class Worker:
             marks = [
                 self._decide(row, outcome) for row, outcome in zip(window, outcomes, strict=True)
             ]
+            if start + size >= len(rows):
+                self._claim_ahead(rows)
             results = await run_surviving_cancel(lambda: self._mark_group(marks), self._marks)  # noqa: B023
             for mark, result in zip(marks, results, strict=True):
                 self._count(mark, result, report)
@@ -455,9 +504,18 @@ class Worker:
         finally:
             slots.release()
 
-    async def _one(self, row: ClaimedRow, report: BatchReport, *, lease_end: float) -> None:
+    async def _one(
+        self,
+        row: ClaimedRow,
+        report: BatchReport,
+        *,
+        lease_end: float,
+        batch: Sequence[ClaimedRow] = (),
+    ) -> None:
         outcome = await self._send(row, report, lease_end=lease_end)
         mark = self._decide(row, outcome)
+        if batch and row is batch[-1]:
+            self._claim_ahead(batch)
         result = await run_surviving_cancel(lambda: self._mark(mark), self._marks)
         self._count(mark, result, report)
 
@@ -616,6 +674,15 @@ class Worker:
             _log.warning("leader election failed for lane %s", self.config.lane)
             self._term = None
         return self._term is not None and self.clock.monotonic() < self._term.trusted_until
+
+    def _leading_for_sure(self) -> bool:
+        """Whether :meth:`_lead` would answer yes without asking the leader lease."""
+        if self.leader is None:
+            return True
+        if self._term is None:
+            return False
+        ttl = self.config.leader_ttl.total_seconds()
+        return self.clock.monotonic() < self._term.trusted_until - ttl / 2
 
     async def _step_down(self) -> None:
         if self.leader is not None and self._term is not None:

@@ -101,20 +101,26 @@ def decode_payload(raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
         return _canonical(dict(raw), None)
     if not isinstance(raw, str):
         raise InvalidPayload(f"a stored payload is JSON text or a mapping, not {_kind(raw)}")
-    obj: object = _loads(raw)
+    obj, may_hide = _loads(raw)
     if not isinstance(obj, dict):
         raise InvalidPayload(f"the stored payload is a JSON {_json_kind(obj)}, not a JSON object")
     # Freshly parsed, so JSON types only and a copy of its own: what is left to check is what
-    # json.loads lets through (depth, 1e999 read as infinity, U+0000, lone surrogates).
-    _check_tree(obj)
+    # json.loads lets through (depth, 1e999 read as infinity, U+0000, lone surrogates). The
+    # text says when none of them can be there, and then the walk is skipped.
+    if may_hide:
+        _check_tree(obj)
     return obj
 
 
-def _loads(raw: str) -> object:
+def _loads(raw: str) -> tuple[object, bool]:
+    """The decoded text, and whether it may hide what :func:`_check_tree` refuses."""
     # PostgreSQL stores what Python can't read back: nesting past the recursion limit, integers
     # longer than sys.get_int_max_str_digits(). Each is this row's problem, said without its values.
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        try:
+            return _FINITE_DECODER.decode(raw), _may_hide(raw)
+        except _NotFinite:  # a number too big for a float: the walk names where it is
+            return _DECODER.decode(raw), True
     except json.JSONDecodeError as exc:
         raise InvalidPayload(f"the stored payload is not valid JSON ({exc})") from exc
     except RecursionError as exc:
@@ -127,6 +133,33 @@ def _loads(raw: str) -> object:
 
 def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
+
+
+class _NotFinite(Exception):
+    """A JSON number that reads as an infinite float (``1e999``)."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite
+    return value
+
+
+# One decoder each (json.loads with a hook would build a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_FINITE_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def _may_hide(raw: str) -> bool:
+    """Whether the decoded value of ``raw`` may nest too deep or hold an unstorable character.
+
+    It cannot when the text has at most MAX_DEPTH brackets (each container opens one), no
+    ``\\u`` escape (the only way to write U+0000 or a lone surrogate in valid JSON other than
+    as itself) and neither of them as itself.
+    """
+    brackets = raw.count("[") + raw.count("{")
+    return brackets > MAX_DEPTH or "\\u" in raw or _UNSTORABLE.search(raw) is not None
 
 
 def _kind(value: object) -> str:

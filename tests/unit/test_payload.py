@@ -229,6 +229,41 @@ def test_an_undecodable_stored_payload_is_a_permanent_error(raw: object, reason:
     assert reason in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ('{"a": 1e999}', "payload['a'] is inf, which JSON cannot represent"),
+        ('{"a": [-1e400]}', "payload['a'][0] is -inf"),
+        ('{"a": ' + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "}", f"nests deeper than {MAX_DEPTH}"),
+        ('{"a": "half \\ud800 a pair"}', "payload['a'] contains U+D800"),  # as an escape
+        ('{"a": "half \ud800 a pair"}', "payload['a'] contains U+D800"),  # as itself
+        ('{"k\\u0000": 1}', "a key of payload contains U+0000"),
+    ],
+)
+def test_what_json_lets_through_is_still_refused_when_decoding(raw: str, reason: str) -> None:
+    with pytest.raises(InvalidPayload) as caught:
+        decode_payload(raw)
+    assert reason in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "decoded"),
+    [
+        # the deepest allowed: MAX_DEPTH containers, the payload itself included
+        ('{"a": ' + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "}", None),
+        # many brackets, little depth; an escape that is not U+0000 or a surrogate; a real pair
+        ('{"a": [' + ", ".join(["[]"] * 100) + "]}", {"a": [[]] * 100}),
+        ('{"a": "caf\\u00e9 \\ud83d\\ude00", "b": 1.5e300}', {"a": "café 😀", "b": 1.5e300}),
+        ('{"brackets in text": "[[[{{{"}', {"brackets in text": "[[[{{{"}),
+    ],
+)
+def test_what_the_rules_allow_decodes_whichever_way_it_is_checked(
+    raw: str, decoded: object
+) -> None:
+    out = decode_payload(raw)
+    assert out == (json.loads(raw) if decoded is None else decoded)
+
+
 def test_decoding_has_no_size_limit() -> None:
     big = {"pdf": "x" * (2 * DEFAULT_MAX_BYTES)}
     assert decode_payload(json.dumps(big)) == big

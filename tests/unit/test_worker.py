@@ -183,6 +183,81 @@ def test_grouped_marks_need_more_than_one_row_in_flight() -> None:
         LaneConfig(timing=EmailTiming(batch_size=4), rows_in_flight=2, group_marks=1)  # type: ignore[arg-type]
 
 
+class Timeline(MemoryStore):
+    """Records claims and marks in order; ``on_mark(row_id)`` runs inside a mark."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.events: list[str] = []
+        self.on_mark: object = None
+
+    async def claim_due(self, request):  # type: ignore[no-untyped-def]
+        rows = await super().claim_due(request)
+        self.events.append(f"claim {[int(r.id) for r in rows]}")
+        return rows
+
+    async def mark_if_pending(self, mark):  # type: ignore[no-untyped-def]
+        self.events.append(f"mark {mark.row_id} start")
+        if callable(self.on_mark):
+            self.on_mark(int(mark.row_id))
+        await asyncio.sleep(0.01)  # long enough for the claim ahead to land meanwhile
+        result = await super().mark_if_pending(mark)
+        self.events.append(f"mark {mark.row_id} end")
+        return result
+
+
+async def test_the_next_claim_runs_alongside_the_last_mark_of_a_full_batch() -> None:
+    clock = FakeClock(T0)
+    store = Timeline(clock)
+    ids = [int(store.enqueue(NewMessage("email", {"n": n})).row_id) for n in range(5)]
+
+    stats = await worker_for(
+        store, RecordingHandler(), clock, timing=EmailTiming(batch_size=2)
+    ).run(drain=True)
+
+    assert stats.dispatched == 5
+    first_ahead = store.events.index(f"claim {ids[2:4]}")
+    assert store.events[first_ahead - 1] == f"mark {ids[1]} start"  # during the batch's last mark
+    assert store.events[first_ahead + 1] == f"mark {ids[1]} end"
+    # A short batch (the lane is drained) claims nothing ahead: the worker pauses instead.
+    assert store.events[-3:] == [f"mark {ids[4]} start", f"mark {ids[4]} end", "claim []"]
+
+
+async def test_a_stop_gives_back_the_rows_claimed_ahead_unsent() -> None:
+    clock = FakeClock(T0)
+    store = Timeline(clock)
+    ids = [int(store.enqueue(NewMessage("email", {"n": n})).row_id) for n in range(4)]
+    handler = RecordingHandler()
+    worker = worker_for(store, handler, clock, timing=EmailTiming(batch_size=2))
+
+    def stop_during_the_last_mark(row_id: int) -> None:
+        if row_id == ids[1]:
+            worker.request_stop()
+
+    store.on_mark = stop_during_the_last_mark
+    stats = await worker.run()
+
+    assert [int(call.row.id) for call in handler.calls] == ids[:2]  # the rest never sent
+    assert f"claim {ids[2:]}" in store.events  # they had been claimed ahead
+    assert stats.released == 2
+    for row_id in ids[2:]:
+        row = await store.get(row_id)
+        assert row is not None
+        assert (row.status, row.attempts, row.claim_token) == (Status.PENDING, 0, None)
+
+
+async def test_run_once_alone_never_claims_ahead() -> None:
+    clock = FakeClock(T0)
+    store = Timeline(clock)
+    for n in range(4):
+        store.enqueue(NewMessage("email", {"n": n}))
+    worker = worker_for(store, RecordingHandler(), clock, timing=EmailTiming(batch_size=2))
+
+    await worker.run_once()
+
+    assert [e for e in store.events if e.startswith("claim")] == ["claim [1, 2]"]
+
+
 def test_rows_in_flight_is_bounded_by_the_batch() -> None:
     with pytest.raises(ConfigurationError, match="rows_in_flight must be between 1 and the batch"):
         LaneConfig(timing=EmailTiming(batch_size=5), rows_in_flight=6)
