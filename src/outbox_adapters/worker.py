@@ -44,7 +44,7 @@ import logging
 import math
 import random
 import secrets
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -82,6 +82,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+W = TypeVar("W", Mark, Sequence[Mark])
 #: A claim's rows and the monotonic instant it started.
 _Claimed = tuple[Sequence[ClaimedRow], float]
 
@@ -588,19 +589,14 @@ class Worker:
 
     async def _mark(self, mark: Mark) -> MarkResult | None:
         """Record ``mark`` within the mark budget, retrying a failed connection inside it."""
-        result = await self._write_within_budget(
-            lambda: self.store.mark_if_pending(mark), f"mark of row {mark.row_id}", mark.row_id
-        )
+        result = await self._write_within_budget(self.store.mark_if_pending, mark)
         if result is MarkResult.STALE:
             _stale(mark)
         return result
 
     async def _mark_group(self, marks: Sequence[Mark]) -> Sequence[MarkResult | None]:
         """Record a window's marks in one write (grouped-mark mode), like :meth:`_mark`."""
-        ids = ", ".join(str(m.row_id) for m in marks)
-        results = await self._write_within_budget(
-            lambda: self.store.mark_many(marks), f"grouped mark of rows {ids}", None
-        )
+        results = await self._write_within_budget(self.store.mark_many, marks)
         if results is None:
             return [None] * len(marks)
         for mark, result in zip(marks, results, strict=True):
@@ -608,19 +604,17 @@ class Worker:
                 _stale(mark)
         return results
 
-    async def _write_within_budget(
-        self, write: Callable[[], Coroutine[Any, Any, T]], what: str, row_id: object
-    ) -> T | None:
-        """Run ``write`` within the mark budget, retrying a failed connection inside it."""
+    async def _write_within_budget(self, write: Callable[[W], Awaitable[T]], marks: W) -> T | None:
+        """Run ``write(marks)`` within the mark budget, retrying a failed connection inside it."""
         budget = self._mark_budget
         delay = 0.05
         try:
             async with asyncio.timeout(budget):
                 while True:
                     try:
-                        return await write()
+                        return await write(marks)
                     except (OSError, ConnectionError) as exc:
-                        _log.warning("%s failed (%s); retrying", what, exc)
+                        _log.warning("%s failed (%s); retrying", _what(marks), exc)
                     except Exception as exc:  # noqa: BLE001 - a mark must never fail the batch
                         if not _is_connection_problem(exc):
                             # Not the connection, so a retry won't help (a statement the row
@@ -629,19 +623,19 @@ class Worker:
                             _log.error(
                                 "%s failed (%s); not recorded, the row will be claimed"
                                 " again after its lease",
-                                what,
+                                _what(marks),
                                 type(exc).__name__,
-                                extra={"outbox_row": row_id},
+                                extra={"outbox_row": _row_ids(marks)},
                             )
                             return None
-                        _log.warning("%s failed (%s); retrying", what, exc)
+                        _log.warning("%s failed (%s); retrying", _what(marks), exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 1.0)
         except TimeoutError:
             _log.error(
                 "%s not recorded within %ss; the row will be claimed again after its"
                 " lease (a duplicate is possible)",
-                what,
+                _what(marks),
                 budget,
             )
             return None
@@ -716,6 +710,17 @@ class Worker:
             _log.warning("wake-up signal failed (%r); polling", work.exception())
             return False
         return True
+
+
+def _what(marks: Mark | Sequence[Mark]) -> str:
+    """How a log line names a mark, or a grouped mark."""
+    if isinstance(marks, Mark):
+        return f"mark of row {marks.row_id}"
+    return "grouped mark of rows " + ", ".join(str(m.row_id) for m in marks)
+
+
+def _row_ids(marks: Mark | Sequence[Mark]) -> object:
+    return marks.row_id if isinstance(marks, Mark) else [m.row_id for m in marks]
 
 
 def _stale(mark: Mark) -> None:
