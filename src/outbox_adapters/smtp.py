@@ -389,7 +389,7 @@ class SmtpMailer:
             async with asyncio.timeout_at(exchange_end):
                 refusal = await self._establish(client, progress)
         except BaseException:
-            client.close()
+            _drop(client)
             raise
         if refusal is not None:
             _quit_later(pool, client)  # QUIT in plaintext is harmless; the refusal is the outcome
@@ -459,7 +459,7 @@ class SmtpMailer:
                 outcome = await self._transaction(session.client, mail, progress, reused=reused)
         except BaseException:
             # Mid-exchange failure (or cancellation): the session's state is unknown. Never reuse.
-            session.client.close()
+            _drop(session.client)
             self.stats.sessions_discarded += 1
             raise
         session.transactions += 1
@@ -607,13 +607,16 @@ async def _reset(client: aiosmtplib.SMTP) -> None:
 
 
 async def _quit_politely(client: aiosmtplib.SMTP) -> None:
-    """QUIT and close; the reply can't change any outcome any more."""
+    """QUIT, then drop the connection; the reply can't change any outcome any more."""
     try:
         with contextlib.suppress(aiosmtplib.SMTPException, OSError, TimeoutError):
             async with asyncio.timeout(_COURTESY):
                 await client.quit()
     finally:
-        client.close()
+        # Dropped, not closed: after QUIT there is nothing left to say, and a TLS close waits
+        # for the peer's close_notify, which an event loop that ends soon after (aclose, then
+        # the end of asyncio.run) may never read, leaving the socket open past the loop.
+        _drop(client)
 
 
 def _quit_later(pool: _Pool, client: aiosmtplib.SMTP) -> None:
@@ -625,11 +628,16 @@ def _quit_later(pool: _Pool, client: aiosmtplib.SMTP) -> None:
 def _close_all(sessions: list[_Session]) -> None:
     """Drop ``sessions`` at once, without QUIT: the loop is ending or already gone."""
     for session in sessions:
-        client = session.client
-        # abort, not close: a TLS close waits for the peer's close_notify, which a loop that is
-        # shutting down may never read, leaving the socket open. A session of a closed loop can't
-        # schedule anything any more (RuntimeError); it is gone either way.
-        with contextlib.suppress(RuntimeError):
-            if isinstance(client.transport, asyncio.Transport):
-                client.transport.abort()
-            client.close()
+        _drop(session.client)
+
+
+def _drop(client: aiosmtplib.SMTP) -> None:
+    """Close the connection at once (abort, not close: see :func:`_quit_politely`).
+
+    A session of a closed loop can't schedule anything any more (RuntimeError); it is gone
+    either way.
+    """
+    with contextlib.suppress(RuntimeError):
+        if isinstance(client.transport, asyncio.Transport):
+            client.transport.abort()
+        client.close()

@@ -554,11 +554,6 @@ def test_an_unreachable_database_is_one_line_without_the_password():
 # --- demo ---------------------------------------------------------------------------------------
 
 
-# Known issue (seen once in three CI runs): an SMTP client socket of the mailer's session pool can
-# be garbage-collected unclosed when the demo's event loop ends; the demo's own invariants are what
-# this test checks, so that warning is not turned into a failure here. Tracked in the issue note.
-@pytest.mark.filterwarnings("ignore::ResourceWarning")
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_demo_delivers_every_row_once_and_checks_its_invariants(dsn):
     # The demo's own twin, not OUTBOX_DATABASE_URL: a demo must never write to the real outbox.
     env = {"OUTBOX_DEMO_DATABASE_URL": dsn, "OUTBOX_DATABASE_URL": "postgresql://x@127.0.0.1:1/x"}

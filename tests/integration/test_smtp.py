@@ -44,6 +44,8 @@ class CountingHandler(SinkHandler):
         self.quits = 0
         #: When set, the next MAIL gets this reply (and the server hangs up if it is a 421).
         self.next_mail_reply: str | None = None
+        #: Seconds the server sits on a QUIT before its 221 (and before it hangs up).
+        self.quit_delay = 0.0
 
     async def handle_EHLO(  # noqa: N802 - aiosmtpd's hook name
         self,
@@ -62,6 +64,7 @@ class CountingHandler(SinkHandler):
     async def handle_QUIT(self, *_args: object) -> str:  # noqa: N802 - aiosmtpd's hook name
         with self._lock:
             self.quits += 1
+        await asyncio.sleep(self.quit_delay)
         return "221 Bye"
 
     async def handle_MAIL(  # noqa: N802 - aiosmtpd's hook name
@@ -520,6 +523,27 @@ def test_sessions_do_not_outlive_a_loop_that_ends_without_aclose(sink, counting)
         runner.run(mailer.aclose())
     assert counting.connection_count == 2
     assert len(sink.received) == 2
+
+
+@pytest.mark.parametrize("quit_delay", [0.0, 3.0], ids=["prompt_221", "no_221_in_time"])
+def test_aclose_leaves_no_socket_open_when_the_loop_ends_right_after(
+    sink, counting, quit_delay
+) -> None:
+    """QUIT, then the loop ends at once (as at the end of ``asyncio.run``): nothing may be left
+    waiting for a TLS close_notify, and no socket may reach the garbage collector open, whether
+    the server answers the QUIT or sits on it past the courtesy time."""
+    counting.quit_delay = quit_delay
+    for _ in range(3):
+        mailer = SmtpMailer(settings_for(sink, max_sessions=4))
+
+        async def send_four_then_close(mailer: SmtpMailer = mailer) -> None:
+            sends = [mailer.send(mail(f"r{n}@example.com"), budget=BUDGET) for n in range(4)]
+            assert {o.kind for o in await asyncio.gather(*sends)} == {OutcomeKind.SENT}
+            await mailer.aclose()
+
+        with asyncio.Runner() as runner:
+            runner.run(send_four_then_close())
+        gc.collect()  # an unclosed transport would warn here (warnings are errors in this suite)
 
 
 # --- a server that never answers ----------------------------------------------------------------
