@@ -226,6 +226,11 @@ class FailingStore:
         else:
             self.trigger.reached(KillPoint.MID_MARK, row=mark.row_id)
             result = await self.inner.mark_if_pending(mark)
+        self._emit_mark(mark, result)
+        self.trigger.reached(KillPoint.AFTER_MARK, row=mark.row_id)
+        return result
+
+    def _emit_mark(self, mark: Mark, result: MarkResult) -> None:
         self.trigger.emit(
             {
                 "event": "mark",
@@ -236,24 +241,13 @@ class FailingStore:
                 "t": time.time(),
             }
         )
-        self.trigger.reached(KillPoint.AFTER_MARK, row=mark.row_id)
-        return result
 
     async def mark_many(self, marks: Sequence[Mark]) -> Sequence[MarkResult]:
         """The grouped mark: one write, then a ``mark`` event per row (the points fire once)."""
         self.trigger.reached(KillPoint.MID_MARK, row=marks[0].row_id if marks else None)
         results = await self.inner.mark_many(marks)
         for mark, result in zip(marks, results, strict=True):
-            self.trigger.emit(
-                {
-                    "event": "mark",
-                    "row": mark.row_id,
-                    "status": str(mark.status),
-                    "reason": mark.reason,
-                    "result": result.value,
-                    "t": time.time(),
-                }
-            )
+            self._emit_mark(mark, result)
         if marks:
             self.trigger.reached(KillPoint.AFTER_MARK, row=marks[-1].row_id)
         return results

@@ -30,13 +30,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TypeVar
 
 import attrs
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -69,6 +69,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 #: Longest a store keeps one pooled connection between statements before handing it back.
 KEEP_FOR: Final = 30.0
@@ -187,19 +188,7 @@ class PostgresStore:
             "token": request.token.value,
             "now": request.now,
         }
-        conn = await self._take()
-        ok = False
-        try:
-            if conn.autocommit:  # one statement: its own transaction, one round trip
-                cur = await conn.execute(statements.CLAIM, params)
-                records = await cur.fetchall()
-            else:
-                async with conn.transaction():
-                    cur = await conn.execute(statements.CLAIM, params)
-                    records = await cur.fetchall()
-            ok = True
-        finally:
-            await self._give_back(conn, ok=ok)
+        records = await self._run(statements.CLAIM, params, _all_rows)
         token = request.token
         # Columns in CLAIM's order: id, lane, payload, attempts, claim_token, lease_expires_at,
         # created_at. The token is the one just written (the statement sets it).
@@ -385,35 +374,32 @@ class PostgresStore:
 
     async def _one_statement(self, query: str, params: Mapping[str, Any]) -> int:
         """Run one write as its own transaction on a connection of its own; rows matched."""
-        conn = await self._take()
-        ok = False
-        try:
-            if conn.autocommit:
-                matched = await _rowcount(conn, query, params)
-            else:
-                async with conn.transaction():
-                    matched = await _rowcount(conn, query, params)
-            ok = True
-        finally:
-            await self._give_back(conn, ok=ok)
-        return matched
+        return await self._run(query, params, _rows_matched)
 
     async def _returned_ids(self, query: str, params: Mapping[str, Any]) -> set[int]:
         """Run one write as its own transaction; the ids it returned."""
+        return {r[0] for r in await self._run(query, params, _all_rows)}
+
+    async def _run(
+        self,
+        query: str,
+        params: Mapping[str, Any],
+        read: Callable[[AsyncCursor[Any]], Awaitable[R]],
+    ) -> R:
+        """Run ``query`` as its own transaction (one round trip on an autocommit connection) on
+        the kept connection or a pooled one, and ``read`` its cursor."""
         conn = await self._take()
         ok = False
         try:
             if conn.autocommit:
-                cur = await conn.execute(query, params)
-                ids = {r[0] for r in await cur.fetchall()}
+                result = await read(await conn.execute(query, params))
             else:
                 async with conn.transaction():
-                    cur = await conn.execute(query, params)
-                    ids = {r[0] for r in await cur.fetchall()}
+                    result = await read(await conn.execute(query, params))
             ok = True
         finally:
             await self._give_back(conn, ok=ok)
-        return ids
+        return result
 
     async def _take(self) -> AsyncConnection[Any]:
         """The kept connection if it is free, else one from the pool."""
@@ -464,6 +450,9 @@ def _scrub_groups(marks: Sequence[Mark]) -> list[list[Mark]]:
     return list(groups.values())
 
 
-async def _rowcount(conn: AsyncConnection[Any], query: str, params: Mapping[str, Any]) -> int:
-    cur = await conn.execute(query, params)
+async def _rows_matched(cur: AsyncCursor[Any]) -> int:
     return cur.rowcount
+
+
+async def _all_rows(cur: AsyncCursor[Any]) -> list[Any]:
+    return await cur.fetchall()
