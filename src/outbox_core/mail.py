@@ -14,9 +14,10 @@ RELIABILITY.md ("Hostile input") on its own; together they are defence in depth:
 2. **Serialise.** The library writes every header itself, by rules simple enough to check by
    eye: printable ASCII that fits a 78-character line goes as itself (a display name as a
    quoted-string), anything else as base64 RFC 2047 encoded words, one per folded line; the
-   addresses are the validated ones, verbatim. The stdlib ``email`` package only builds the MIME
-   body, always quoted-printable, so the output is 7-bit and no body line can equal the boundary
-   (it contains ``=_``, a pair QP never writes). The package is not trusted with header text:
+   addresses are the validated ones, verbatim. The MIME body is always quoted-printable (the
+   stdlib's encoder, ``email.quoprimime``), written in the layout the ``email`` package itself
+   gives it, so the output is 7-bit and no body line can equal the boundary (it contains ``=_``,
+   a pair QP never writes). The ``email`` package is not trusted with header text:
    on CPython 3.11.7 it decodes an encoded word in a value it is given and writes a decoded
    newline back raw (a new header), drops the quotes of a long quoted display name (its ``"``
    and ``<`` become syntax), and can lose the spaces of a long subject.
@@ -36,13 +37,13 @@ import email
 import email.headerregistry
 import email.parser
 import email.policy
+import email.quoprimime
 import email.utils
 import hashlib
 import re
 import reprlib
 import unicodedata
 from datetime import UTC, datetime
-from email.message import EmailMessage
 from itertools import zip_longest
 from typing import TYPE_CHECKING, Any
 
@@ -102,7 +103,6 @@ _PRINTABLE_ASCII = re.compile("[\x20-\x7e]*")
 _FOLD_AT = 78  # RFC 5322 §2.1.1: lines SHOULD be at most 78 characters
 # 45 octets -> 60 base64 characters -> a 72-character encoded word, under RFC 2047's 75.
 _EW_CHUNK = 45
-# Headers set with set_raw() are written exactly as given: never refolded by the package.
 
 
 class _HeaderClasses(email.headerregistry.HeaderRegistry):
@@ -125,7 +125,6 @@ class _HeaderClasses(email.headerregistry.HeaderRegistry):
         return made
 
 
-_POLICY = email.policy.SMTP.clone(refold_source="none", header_factory=_HeaderClasses())
 #: What the self-check reads the serialised bytes with: the stdlib's default policy.
 _REPARSE_POLICY = email.policy.default.clone(header_factory=_HeaderClasses())
 
@@ -367,21 +366,15 @@ def build_message(  # noqa: PLR0913 - keyword-only, one argument per header
         message_id=message_id,
     )
     name = "" if sender_name is None else check_header_value(sender_name, field="sender_name")
-    msg = EmailMessage(policy=_POLICY)
-    # The library writes every header itself; the email package only builds the MIME body.
-    msg.set_raw("From", _mailbox("From", name, intended.sender))
-    msg.set_raw("To", ",\r\n ".join(intended.recipients))
-    if intended.reply_to is not None:
-        msg.set_raw("Reply-To", intended.reply_to)
-    msg.set_raw("Subject", _unstructured("Subject", intended.subject))
-    msg.set_raw("Date", email.utils.format_datetime(intended.date))
-    msg.set_raw("Message-ID", message_id)
-    msg.set_content(clean_text(text), cte="quoted-printable")
-    if html is not None:
-        msg.add_alternative(clean_text(html), subtype="html", cte="quoted-printable")
-        digest = hashlib.sha256(message_id.encode("ascii")).hexdigest()[:32]
-        msg.set_boundary(f"=_outbox_{digest}")
-    data = msg.as_bytes()
+    headers = [
+        ("From", _mailbox("From", name, intended.sender)),
+        ("To", ",\r\n ".join(intended.recipients)),
+        *([("Reply-To", intended.reply_to)] if intended.reply_to is not None else []),
+        ("Subject", _unstructured("Subject", intended.subject)),
+        ("Date", email.utils.format_datetime(intended.date)),
+        ("Message-ID", message_id),
+    ]
+    data = _serialise(headers, text=text, html=html, message_id=message_id)
     _verify_wire(data, intended, multipart=html is not None)
     return OutgoingMail(
         envelope_from=intended.sender,
@@ -389,6 +382,49 @@ def build_message(  # noqa: PLR0913 - keyword-only, one argument per header
         data=data,
         message_id=message_id,
     )
+
+
+# The MIME body (gate 3 writes it, gate 3's re-parse checks it): the bytes the email package's
+# EmailMessage.set_content(text, cte="quoted-printable") and add_alternative(html, ...) produce
+# under the SMTP policy, written directly (tests/unit/test_mail_wire.py compares the two on random
+# text), so the stdlib's slow generator is not in every send.
+_TEXT_PART = (
+    'Content-Type: text/{}; charset="utf-8"\r\nContent-Transfer-Encoding: quoted-printable\r\n'
+)
+
+
+def _serialise(
+    headers: list[tuple[str, str]], *, text: str, html: str | None, message_id: str
+) -> bytes:
+    """The whole message: the headers as written, then the body in quoted-printable."""
+    out = [f"{label}: {value}\r\n" for label, value in headers]
+    plain = _quoted_printable(clean_text(text))
+    if html is None:
+        out += [_TEXT_PART.format("plain"), "MIME-Version: 1.0\r\n\r\n", plain]
+    else:
+        digest = hashlib.sha256(message_id.encode("ascii")).hexdigest()[:32]
+        boundary = f"=_outbox_{digest}"
+        out += [
+            "MIME-Version: 1.0\r\n",
+            f'Content-Type: multipart/alternative;\r\n boundary="{boundary}"\r\n\r\n',
+            f"--{boundary}\r\n",
+            _TEXT_PART.format("plain"),
+            "\r\n",
+            plain,
+            f"\r\n--{boundary}\r\n",
+            _TEXT_PART.format("html"),
+            "MIME-Version: 1.0\r\n\r\n",
+            _quoted_printable(clean_text(html)),
+            f"\r\n--{boundary}--\r\n",
+        ]
+    return "".join(out).encode("ascii")
+
+
+def _quoted_printable(text: str) -> str:
+    """``text`` as UTF-8 in quoted-printable (RFC 2045 §6.7), lines of at most 78, CRLF."""
+    lines = text.encode("utf-8").splitlines()
+    body = email.quoprimime.body_encode((b"\n".join(lines) + b"\n").decode("latin-1"), _FOLD_AT)
+    return body.replace("\n", "\r\n")
 
 
 def _recipients(to: Sequence[str]) -> tuple[str, ...]:
