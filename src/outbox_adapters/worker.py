@@ -278,9 +278,6 @@ class Worker:
         self._stopping = asyncio.Event()
         self._marks: set[asyncio.Task[Any]] = set()
         self._term: LeaderTerm | None = None
-        #: The next batch's claim, started while this batch's last mark runs (inside run() only).
-        self._ahead: asyncio.Task[_Claimed] | None = None
-        self._claims_ahead = False
         # The budgets as seconds, once (the config is frozen): the per-row path reads them.
         timing = self.config.timing
         self._per_row = timing.per_row.total_seconds()
@@ -299,12 +296,10 @@ class Worker:
 
     async def run(self, *, drain: bool = False) -> WorkerStats:
         """Work until :meth:`request_stop` (or, with ``drain``, until a claim finds nothing due)."""
-        self._claims_ahead = True
         try:
             failures = 0
             while not self.stopping:
                 if not await self._lead():
-                    await self._give_back_ahead()  # claimed while leading: not ours to send now
                     if drain:  # another replica leads this lane and is draining it
                         _log.warning("lane %s is led by another worker", self.config.lane)
                         break
@@ -330,8 +325,6 @@ class Worker:
                 if report.claimed < self.config.timing.batch_size:
                     await self._pause(self.config.poll_interval, wakeable=True)
         finally:
-            self._claims_ahead = False
-            await self._give_back_ahead()
             await self.wait_for_marks()
             await self._step_down()
         return self.stats
@@ -340,8 +333,7 @@ class Worker:
         """Claim one batch and work it. Returns what happened."""
         report = BatchReport()
         timing = self.config.timing
-        ahead, self._ahead = self._ahead, None
-        rows, claim_start = await (ahead if ahead is not None else self._claim())
+        rows, claim_start = await self._claim()
         lease = timing.claim_lease()
         report.claimed = len(rows)
         if rows:
@@ -390,37 +382,6 @@ class Worker:
             )
         return rows, claim_start
 
-    def _claim_ahead(self, batch: Sequence[ClaimedRow]) -> None:
-        """Start the next batch's claim now, alongside this batch's last mark.
-
-        Only inside :meth:`run`, after a full batch (a short one means the lane is drained, and
-        the worker pauses), while not stopping and while leadership is certain. The claimed rows
-        are not sent before the next batch starts, so the duplicate bound is unchanged; a stop
-        releases them (:meth:`_give_back_ahead`).
-        """
-        if (
-            self._claims_ahead
-            and self._ahead is None
-            and len(batch) == self.config.timing.batch_size
-            and not self.stopping
-            and self._leading_for_sure()
-        ):
-            self._ahead = asyncio.ensure_future(self._claim())
-
-    async def _give_back_ahead(self) -> None:
-        """Release the rows of a claim made ahead that no batch will work (stop, error)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return
-        try:
-            rows, _ = await ahead
-        except Exception:  # noqa: BLE001 - a failed claim holds nothing to give back
-            return
-        report = BatchReport()
-        for row in rows:
-            await self._release(row, report)
-        self.stats.released += report.released
-
     async def wait_for_marks(self) -> None:
         """Wait for every detached mark still running (each is bounded by its own budget)."""
         while self._marks:
@@ -459,7 +420,7 @@ class Worker:
             if not self._may_start(batch_end):
                 await self._release_all(rows[index:], report)
                 return
-            await self._one(row, report, lease_end=lease_end, batch=rows)
+            await self._one(row, report, lease_end=lease_end)
 
     async def _work_in_windows(
         self,
@@ -482,8 +443,6 @@ class Worker:
             marks = [
                 self._decide(row, outcome) for row, outcome in zip(window, outcomes, strict=True)
             ]
-            if start + size >= len(rows):
-                self._claim_ahead(rows)
             results = await run_surviving_cancel(lambda: self._mark_group(marks), self._marks)  # noqa: B023
             for mark, result in zip(marks, results, strict=True):
                 self._count(mark, result, report)
@@ -505,18 +464,9 @@ class Worker:
         finally:
             slots.release()
 
-    async def _one(
-        self,
-        row: ClaimedRow,
-        report: BatchReport,
-        *,
-        lease_end: float,
-        batch: Sequence[ClaimedRow] = (),
-    ) -> None:
+    async def _one(self, row: ClaimedRow, report: BatchReport, *, lease_end: float) -> None:
         outcome = await self._send(row, report, lease_end=lease_end)
         mark = self._decide(row, outcome)
-        if batch and row is batch[-1]:
-            self._claim_ahead(batch)
         result = await run_surviving_cancel(lambda: self._mark(mark), self._marks)
         self._count(mark, result, report)
 
@@ -668,15 +618,6 @@ class Worker:
             _log.warning("leader election failed for lane %s", self.config.lane)
             self._term = None
         return self._term is not None and self.clock.monotonic() < self._term.trusted_until
-
-    def _leading_for_sure(self) -> bool:
-        """Whether :meth:`_lead` would answer yes without asking the leader lease."""
-        if self.leader is None:
-            return True
-        if self._term is None:
-            return False
-        ttl = self.config.leader_ttl.total_seconds()
-        return self.clock.monotonic() < self._term.trusted_until - ttl / 2
 
     async def _step_down(self) -> None:
         if self.leader is not None and self._term is not None:
