@@ -8,6 +8,7 @@ the one the package gives: this module builds the same message the package's way
 
 from __future__ import annotations
 
+import email.headerregistry
 import email.policy
 import email.utils
 import hashlib
@@ -82,3 +83,16 @@ def test_the_library_writes_the_bytes_the_email_package_writes(text: str, with_h
 @given(text=st.text(max_size=400), html=st.none() | st.text(max_size=400))
 def test_on_random_text_too(text: str, html: str | None) -> None:
     assert by_the_library(text, html, "Hi") == by_the_package(text, html, "Hi")
+
+
+def test_the_self_check_makes_each_header_class_once_per_name() -> None:
+    """The re-parse's registry keeps one class per header name (any case), made by the stdlib."""
+    from outbox_core.mail import _HeaderClasses  # noqa: PLC0415 - the private piece under test
+
+    registry = _HeaderClasses()
+    from_class = registry["From"]
+    assert registry["from"] is from_class
+    assert registry["FROM"] is from_class
+    assert issubclass(from_class, email.headerregistry.AddressHeader)
+    assert issubclass(registry["Subject"], email.headerregistry.UnstructuredHeader)
+    assert registry["X-Anything"] is registry["x-anything"]

@@ -247,6 +247,25 @@ def test_what_json_lets_through_is_still_refused_when_decoding(raw: str, reason:
 
 
 @pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            '{"a": ["\\ud800"]}',
+            "payload['a'][0] contains U+D800, which PostgreSQL jsonb cannot store",
+        ),
+        (
+            '{"a": {"\\u0000k": 1}}',
+            "a key of payload['a'] contains U+0000, which PostgreSQL jsonb cannot store",
+        ),
+    ],
+)
+def test_an_unstorable_character_is_named_as_a_value_or_as_a_key(raw: str, message: str) -> None:
+    with pytest.raises(InvalidPayload) as caught:
+        decode_payload(raw)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
     ("raw", "decoded"),
     [
         # the deepest allowed: MAX_DEPTH containers, the payload itself included
