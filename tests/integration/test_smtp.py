@@ -490,7 +490,9 @@ async def test_waiting_for_a_free_session_spends_the_budget(sink, counting, make
     assert waited.kind is OutcomeKind.TRANSIENT
     assert "free session" in waited.reason
     assert not waited.maybe_delivered
-    assert elapsed < 0.3 * 1.1 + 0.05
+    # Without the budget it would wait for the slow message's session: >= 0.8 s more. The margin
+    # over 0.3 s is for a loaded machine, not a speed figure.
+    assert elapsed < 0.7
     assert (await slow).kind is OutcomeKind.SENT
     assert counting.connection_count == 1
 
