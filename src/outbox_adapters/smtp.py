@@ -80,6 +80,8 @@ DEFAULT_MESSAGES_PER_SESSION = 100
 MAX_SESSIONS_LIMIT = 64
 #: How long a courtesy QUIT or RSET may take; its reply can't change an outcome.
 _COURTESY = 1.0
+#: How often a courteous close looks whether the server has finished its side.
+_CLOSE_POLL = 0.01
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[timedelta], value: timedelta) -> None:
@@ -607,16 +609,29 @@ async def _reset(client: aiosmtplib.SMTP) -> None:
 
 
 async def _quit_politely(client: aiosmtplib.SMTP) -> None:
-    """QUIT, then drop the connection; the reply can't change any outcome any more."""
+    """QUIT and close, within the courtesy time; then make sure the socket is gone.
+
+    The close is polite first (TLS: our close_notify, then the server's), so the server can end
+    its side cleanly too. If the server doesn't finish it within the courtesy time (or the loop
+    is shutting down and cancels us), the connection is aborted: a TLS close left waiting would
+    otherwise keep the socket open past an event loop that ends soon after (aclose, then the end
+    of asyncio.run). The reply can't change any outcome any more.
+    """
+    protocol = client.protocol
     try:
         with contextlib.suppress(aiosmtplib.SMTPException, OSError, TimeoutError):
             async with asyncio.timeout(_COURTESY):
-                await client.quit()
+                await client.quit()  # QUIT, 221, then the transport's close
+                # Until connection_lost has run: aiosmtplib offers nothing to await for it.
+                while protocol is not None and protocol.transport is not None:  # noqa: ASYNC110
+                    await asyncio.sleep(_CLOSE_POLL)
     finally:
-        # Dropped, not closed: after QUIT there is nothing left to say, and a TLS close waits
-        # for the peer's close_notify, which an event loop that ends soon after (aclose, then
-        # the end of asyncio.run) may never read, leaving the socket open past the loop.
+        if protocol is not None and isinstance(protocol.transport, asyncio.Transport):
+            protocol.transport.abort()
         _drop(client)
+    # An abort closes the socket in the transport's connection_lost callback, which the abort
+    # schedules: one trip round the loop runs it, so aclose() returns with the socket closed.
+    await asyncio.sleep(0)
 
 
 def _quit_later(pool: _Pool, client: aiosmtplib.SMTP) -> None:
