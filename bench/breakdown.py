@@ -35,6 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 from bench import loop, rows, server
 from bench.library import drain_library, lane_config
 from bench.raw import CLAIM, MARK_DISPATCHED, drain_raw
+from bench.stats import rotation
 from outbox_adapters.postgres import PostgresStore
 from outbox_core.delivery import Status
 from outbox_core.messages import ClaimToken, Mark
@@ -139,8 +140,7 @@ def _measure(
     wall: dict[str, list[float]] = {name: [] for name in rungs}
     cpu: dict[str, list[float]] = {name: [] for name in rungs}
     for run in range(runs):
-        order = list(rungs)
-        order = order[run % len(order) :] + order[: run % len(order)]
+        order = rotation(rungs, run)
         for name in order:
             rows.reset(dsn)
             rows.load_pending(dsn, count)

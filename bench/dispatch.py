@@ -24,7 +24,7 @@ from bench.library import connection_budget, drain_library, lane_config, pool_si
 from bench.raw import drain_raw
 from bench.server import fresh_database
 from bench.settings import Sizes
-from bench.stats import Figure, ratio
+from bench.stats import Figure, ratio, rotation
 
 __all__ = ["SETTINGS", "measure"]
 
@@ -68,8 +68,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         }
         rates: dict[str, list[float]] = {key: [] for key in drains}
         for run in range(runs):
-            order = list(drains)
-            order = order[run % len(order) :] + order[: run % len(order)]
+            order = rotation(drains, run)
             for key in order:
                 rows.reset(dsn)
                 rows.load_pending(dsn, sizes.dispatch_rows)

@@ -24,7 +24,7 @@ import psycopg
 from bench import rows
 from bench.server import fresh_database
 from bench.settings import Sizes
-from bench.stats import Figure, ratio
+from bench.stats import Figure, ratio, rotation
 from outbox_adapters.postgres import enqueue_async
 from outbox_core.messages import NewMessage
 
@@ -77,8 +77,7 @@ async def measure(
     rates: dict[str, list[float]] = {key: [] for key in writers}
     with fresh_database(server_dsn, "enqueue") as dsn:
         for run in range(runs):
-            order = list(writers)
-            order = order[run % len(order) :] + order[: run % len(order)]
+            order = rotation(writers, run)
             for key in order:
                 rows.reset(dsn)
                 rows.checkpoint(dsn)

@@ -32,7 +32,7 @@ from bench import rows
 from bench.library import connection_budget, drain_library, lane_config, pool_size
 from bench.server import CONNECT_TIMEOUT, fresh_database
 from bench.settings import Sizes
-from bench.stats import Figure, ratio
+from bench.stats import Figure, ratio, rotation
 
 __all__ = ["DUPLICATE_WINDOW", "measure"]
 
@@ -201,8 +201,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         drains["pgqueuer_psycopg"] = pgqueuer_psycopg
     rates: dict[str, list[float]] = {key: [] for key in drains}
     for run in range(runs):
-        order = list(drains)
-        order = order[run % len(order) :] + order[: run % len(order)]
+        order = rotation(drains, run)
         for key in order:
             done, seconds = await drains[key]()
             rates[key].append(done / seconds)

@@ -26,20 +26,30 @@ def _fig(tree: Mapping[str, Any], path: str) -> Figure | None:
     return node if isinstance(node, Figure) else None
 
 
-def _bars(ax: Any, x: float, figure: Figure | None, *, color: str, label: str | None) -> None:  # noqa: ANN401
+def _bars(  # noqa: PLR0913 - keyword-only drawing options
+    ax: Any,  # noqa: ANN401
+    x: float,
+    figure: Figure | None,
+    *,
+    color: str,
+    label: str | None,
+    width: float = 0.8,
+    number: str = ",.0f",
+) -> None:
+    """One bar at the median, the runs' range as its error bar, the median written above it."""
     if figure is None:
         return
     ax.bar(
         x,
         figure.median,
-        width=0.8,
+        width=width,
         color=color,
         label=label,
         yerr=[[figure.median - figure.low], [figure.high - figure.median]],
         capsize=3,
     )
     ax.annotate(
-        f"{figure.median:,.0f}",
+        f"{figure.median:{number}}",
         (x, figure.high),
         textcoords="offset points",
         xytext=(0, 3),
@@ -150,8 +160,19 @@ def _latency(results: Mapping[str, Any], path: Path, title: str) -> None:
         )
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for index, (_, p50, p99) in enumerate(cases):
-        _p(ax, index - 0.2, _fig(results, p50), "#1f77b4", "p50" if index == 0 else None)
-        _p(ax, index + 0.2, _fig(results, p99), "#ff7f0e", "p99" if index == 0 else None)
+        for offset, figure, color, name in (
+            (-0.2, _fig(results, p50), "#1f77b4", "p50"),
+            (0.2, _fig(results, p99), "#ff7f0e", "p99"),
+        ):
+            _bars(
+                ax,
+                index + offset,
+                figure,
+                color=color,
+                label=name if index == 0 else None,
+                width=0.4,
+                number=".2f",
+            )
     ax.set_xticks(range(len(cases)), [case[0] for case in cases])
     ax.set_ylabel("claim of 10 due rows, ms")
     ax.set_title(title)
@@ -160,28 +181,6 @@ def _latency(results: Mapping[str, Any], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def _p(ax: Any, x: float, figure: Figure | None, color: str, label: str | None) -> None:  # noqa: ANN401
-    if figure is None:
-        return
-    ax.bar(
-        x,
-        figure.median,
-        width=0.4,
-        color=color,
-        label=label,
-        yerr=[[figure.median - figure.low], [figure.high - figure.median]],
-        capsize=3,
-    )
-    ax.annotate(
-        f"{figure.median:.2f}",
-        (x, figure.high),
-        textcoords="offset points",
-        xytext=(0, 3),
-        ha="center",
-        fontsize=8,
-    )
 
 
 def draw(results: Mapping[str, Any], directory: Path) -> list[Path]:

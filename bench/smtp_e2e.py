@@ -34,7 +34,7 @@ from bench.library import connection_budget, drain_library, lane_config, pool_si
 from bench.server import fresh_database
 from bench.settings import Sizes
 from bench.sink_process import SinkProcess
-from bench.stats import Figure, ratio
+from bench.stats import Figure, ratio, rotation
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.email import EmailHandler
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
@@ -187,8 +187,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         }
         rates: dict[str, list[float]] = {key: [] for key in drains}
         for run in range(runs):
-            order = list(drains)
-            order = order[run % len(order) :] + order[: run % len(order)]
+            order = rotation(drains, run)
             for key in order:
                 before = sink.count()
                 done, seconds = await drains[key]()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 
-__all__ = ["Figure", "percentile", "ratio"]
+__all__ = ["Figure", "percentile", "ratio", "rotation"]
 
 
 @attrs.frozen
@@ -61,6 +61,13 @@ def ratio(numerator: Figure, denominator: Figure) -> Figure:
         [n / d if d else math.nan for n, d in zip(numerator.runs, denominator.runs, strict=True)],
         "x",
     )
+
+
+def rotation(names: Iterable[str], run: int) -> list[str]:
+    """``names`` started at a different one on each run, so none always runs first or last."""
+    order = list(names)
+    shift = run % len(order) if order else 0
+    return order[shift:] + order[:shift]
 
 
 def percentile(values: Sequence[float], q: float) -> float:

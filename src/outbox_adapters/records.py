@@ -18,7 +18,7 @@ from typing import Final
 import attrs
 
 from outbox_core.delivery import Status
-from outbox_core.messages import JSONObject, RowId
+from outbox_core.messages import JSONObject, Mark, RowId
 from outbox_core.payload import DEFAULT_MAX_BYTES, validate_payload
 from outbox_core.ports import MarkResult
 
@@ -30,8 +30,10 @@ __all__ = [
     "FailedReport",
     "StoreStats",
     "StoredRow",
+    "check_distinct_rows",
     "coerce_row_id",
     "count_mark",
+    "count_marked",
     "log_requeued",
     "payload_json",
     "usable_row_ids",
@@ -171,6 +173,25 @@ def count_mark(
         extra={"outbox_row_id": row_id, "outbox_stale": what},
     )
     return MarkResult.STALE
+
+
+def count_marked(
+    stats: StoreStats, log: logging.Logger, *, applied: bool, mark: Mark
+) -> MarkResult:
+    """:func:`count_mark` for a mark; its words for the log are written only if it was stale."""
+    if applied:
+        stats.applied_marks += 1
+        return MarkResult.APPLIED
+    return count_mark(stats, log, applied=False, row_id=mark.row_id, what=f"mark {mark.status}")
+
+
+def check_distinct_rows(marks: Sequence[Mark]) -> list[int]:
+    """The row ids of ``marks`` (``mark_many``), refusing two marks of one row: which would win
+    is undefined."""
+    ids = [coerce_row_id(m.row_id) for m in marks]
+    if len(set(ids)) != len(ids):
+        raise ValueError("mark_many: two marks for the same row")
+    return ids
 
 
 def log_requeued(log: logging.Logger, requeued: Sequence[RowId], actor: str) -> None:

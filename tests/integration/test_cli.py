@@ -110,6 +110,18 @@ def run_worker(dsn: str, lane: str, sink: SmtpSink, *extra: str) -> Result:
     )  # fmt: skip
 
 
+def worker_env(dsn: str, lane: str, sink: SmtpSink, **more: str) -> dict[str, str]:
+    """The worker's settings for this lane and sink, through their OUTBOX_* environment twins."""
+    return {
+        "OUTBOX_DATABASE_URL": dsn,
+        "OUTBOX_LANE": lane,
+        "OUTBOX_SMTP_URL": f"smtp://{sink.host}:{sink.port}",
+        "OUTBOX_SMTP_CA_FILE": str(sink.ca_file),
+        "OUTBOX_SENDER": SENDER,
+        **more,
+    }
+
+
 def status_of(dsn: str, row_id: int) -> tuple[str, int, dict[str, Any]]:
     [(status, attempts, payload)] = query(
         dsn, "SELECT status, attempts, payload FROM outbox_message WHERE id = %s", row_id
@@ -247,12 +259,7 @@ def test_worker_stops_gracefully_on_sigterm(dsn, lane, sink):
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
-        "OUTBOX_DATABASE_URL": dsn,
-        "OUTBOX_LANE": lane,
-        "OUTBOX_SMTP_URL": f"smtp://{sink.host}:{sink.port}",
-        "OUTBOX_SMTP_CA_FILE": str(sink.ca_file),
-        "OUTBOX_SENDER": SENDER,
-        "OUTBOX_POLL_INTERVAL": "0.1",
+        **worker_env(dsn, lane, sink, OUTBOX_POLL_INTERVAL="0.1"),
     }
     worker = subprocess.Popen(
         [sys.executable, "-m", "outbox_adapters", "worker"],
@@ -394,17 +401,15 @@ def test_the_worker_options_default_to_strict_listening_and_the_mailers_sessions
 
 
 def test_the_new_worker_options_have_environment_twins(dsn, lane, sink):
-    env = {
-        "OUTBOX_DATABASE_URL": dsn,
-        "OUTBOX_LANE": lane,
-        "OUTBOX_SMTP_URL": f"smtp://{sink.host}:{sink.port}",
-        "OUTBOX_SMTP_CA_FILE": str(sink.ca_file),
-        "OUTBOX_SENDER": SENDER,
-        "OUTBOX_POLL_INTERVAL": "0.1",
-        "OUTBOX_ROWS_IN_FLIGHT": "2",
-        "OUTBOX_SMTP_SESSIONS": "3",
-        "OUTBOX_LISTEN": "false",
-    }
+    env = worker_env(
+        dsn,
+        lane,
+        sink,
+        OUTBOX_POLL_INTERVAL="0.1",
+        OUTBOX_ROWS_IN_FLIGHT="2",
+        OUTBOX_SMTP_SESSIONS="3",
+        OUTBOX_LISTEN="false",
+    )
     enqueue_email(dsn, lane, "twin@example.com")
 
     result = outbox("worker", "--drain", env=env)
@@ -423,15 +428,7 @@ def test_the_new_worker_options_have_environment_twins(dsn, lane, sink):
 
 def test_a_listening_worker_sends_a_new_row_at_once_not_at_its_next_poll(dsn, lane, sink):
     """With a 60 s poll, only the NOTIFY of the commit can explain a send within seconds."""
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "OUTBOX_DATABASE_URL": dsn,
-        "OUTBOX_LANE": lane,
-        "OUTBOX_SMTP_URL": f"smtp://{sink.host}:{sink.port}",
-        "OUTBOX_SMTP_CA_FILE": str(sink.ca_file),
-        "OUTBOX_SENDER": SENDER,
-    }
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **worker_env(dsn, lane, sink)}
     enqueue_email(dsn, lane, "first@example.com")
     worker = subprocess.Popen(
         [sys.executable, "-m", "outbox_adapters", "worker", "--poll-interval", "60", "--listen"],

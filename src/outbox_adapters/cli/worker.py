@@ -102,19 +102,17 @@ def _lane_config(
     *,
     group_marks: bool = False,
 ) -> LaneConfig:
+    # poll_interval is already checked by click: each step below can refuse only its own option.
     try:
-        return LaneConfig(
-            lane=lane,
-            timing=timing,
-            poll_interval=poll_interval,
-            rows_in_flight=rows_in_flight,
-            group_marks=group_marks,
+        config = LaneConfig(
+            lane=lane, timing=timing, poll_interval=poll_interval, rows_in_flight=rows_in_flight
         )
     except ConfigurationError as exc:
-        # poll_interval is already checked by click; only these two can be refused here.
-        if "group_marks" in str(exc):
-            raise setting_error("--group-marks", "OUTBOX_GROUP_MARKS", str(exc)) from None
         raise setting_error("--rows-in-flight", "OUTBOX_ROWS_IN_FLIGHT", str(exc)) from None
+    try:
+        return attrs.evolve(config, group_marks=group_marks)
+    except ConfigurationError as exc:
+        raise setting_error("--group-marks", "OUTBOX_GROUP_MARKS", str(exc)) from None
 
 
 def _smtp_settings(  # noqa: PLR0913 - one parameter per option

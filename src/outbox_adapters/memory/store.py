@@ -54,8 +54,10 @@ from outbox_adapters.records import (
     FailedReport,
     StoredRow,
     StoreStats,
+    check_distinct_rows,
     coerce_row_id,
     count_mark,
+    count_marked,
     log_requeued,
     payload_json,
     usable_row_ids,
@@ -248,9 +250,7 @@ class MemoryStore:
 
     async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:
         await asyncio.sleep(0)
-        ids = [coerce_row_id(m.row_id) for m in marks]
-        if len(set(ids)) != len(ids):
-            raise ValueError("mark_many: two marks for the same row")
+        check_distinct_rows(marks)
         with self._lock:  # one step for the lot, as one statement is on PostgreSQL
             return [self._apply(mark) for mark in marks]
 
@@ -275,7 +275,7 @@ class MemoryStore:
             if mark.status in (Status.DISPATCHED, Status.SKIPPED):
                 row.scrubbed_at = now
             row.updated_at = now
-        return self._result(row is not None, mark.row_id, f"mark {mark.status}")
+        return count_marked(self.stats, _log, applied=row is not None, mark=mark)
 
     async def release(
         self, row_id: RowId, token: ClaimToken, *, now: datetime | None = None

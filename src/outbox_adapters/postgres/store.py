@@ -48,8 +48,10 @@ from outbox_adapters.records import (
     FailedReport,
     StoredRow,
     StoreStats,
+    check_distinct_rows,
     coerce_row_id,
     count_mark,
+    count_marked,
     log_requeued,
     usable_row_ids,
 )
@@ -206,10 +208,8 @@ class PostgresStore:
             "scrub_keys": sorted(mark.scrub_keys),
             "now": None,
         }
-        if await self._one_statement(statements.MARK, params):
-            self.stats.applied_marks += 1  # the common case, without building the log's words
-            return MarkResult.APPLIED
-        return self._fenced(0, mark.row_id, f"mark {mark.status}")
+        matched = await self._one_statement(statements.MARK, params)
+        return count_marked(self.stats, _log, applied=bool(matched), mark=mark)
 
     async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:
         """Apply several marks in one statement and one commit; each row is fenced on its own.
@@ -217,6 +217,7 @@ class PostgresStore:
         The results are in the order of ``marks``. Marks whose scrub keys differ go in separate
         statements (a worker's marks all share its lane's keys, so that is one statement).
         """
+        ids = check_distinct_rows(marks)
         applied: set[int] = set()
         for group in _scrub_groups(marks):
             keys = next((sorted(m.scrub_keys) for m in group if m.scrub_keys), [])
@@ -232,8 +233,8 @@ class PostgresStore:
             }
             applied.update(await self._returned_ids(statements.MARK_MANY, params))
         return [
-            self._fenced(int(coerce_row_id(m.row_id) in applied), m.row_id, f"mark {m.status}")
-            for m in marks
+            count_marked(self.stats, _log, applied=row_id in applied, mark=m)
+            for row_id, m in zip(ids, marks, strict=True)
         ]
 
     async def release(
@@ -434,10 +435,7 @@ class PostgresStore:
 
 def _scrub_groups(marks: Sequence[Mark]) -> list[list[Mark]]:
     """Marks grouped so that each group scrubs one set of keys (marks that scrub nothing join the
-    first group). Two marks of one row in a group are refused: which would win is undefined."""
-    ids = [coerce_row_id(m.row_id) for m in marks]
-    if len(set(ids)) != len(ids):
-        raise ValueError("mark_many: two marks for the same row")
+    first group)."""
     groups: dict[frozenset[str], list[Mark]] = {}
     for mark in marks:
         if mark.scrub_keys:
