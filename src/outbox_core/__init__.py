@@ -27,6 +27,7 @@ from outbox_core.errors import (
     RequeueRefused,
     StaleDeliveryMark,
     StaleMark,
+    StoreUnavailable,
     UnsafeHeader,
     WebhookVerificationError,
 )
@@ -41,6 +42,7 @@ from outbox_core.timing import (
     DEFAULT_WEBHOOK_TIMING,
     EmailStepBudgets,
     EmailTiming,
+    LaneTiming,
     WebhookTiming,
 )
 from outbox_core.tls import SmtpSecurityPolicy, SmtpTlsMode
@@ -65,6 +67,7 @@ __all__ = [
     "InvalidMessage",
     "InvalidPayload",
     "InvalidRecipient",
+    "LaneTiming",
     "Mark",
     "NewMessage",
     "OutboxError",
@@ -80,6 +83,7 @@ __all__ = [
     "StaleDeliveryMark",
     "StaleMark",
     "Status",
+    "StoreUnavailable",
     "UnsafeHeader",
     "WebhookSecret",
     "WebhookTiming",

@@ -14,6 +14,7 @@ against plain Python conventions still catches them::
     ├── RequeueRefused                    a requeue that would resend a sent message or lose data
     ├── StaleMark                         a mark whose claim was superseded (the fence said no)
     │   └── StaleDeliveryMark              the same, for a webhook delivery row
+    ├── StoreUnavailable                  the store could not be reached (an outage, not a bug)
     └── WebhookVerificationError          a webhook whose signature, timestamp or headers don't verify
 
 Messages are sentences that name the offending value and the state it was in.
@@ -31,6 +32,7 @@ __all__ = [
     "RequeueRefused",
     "StaleDeliveryMark",
     "StaleMark",
+    "StoreUnavailable",
     "UnsafeHeader",
     "WebhookVerificationError",
 ]
@@ -83,6 +85,16 @@ class StaleMark(OutboxError):
 
 class StaleDeliveryMark(StaleMark):
     """A webhook-delivery mark refused by the fence."""
+
+
+class StoreUnavailable(OutboxError):
+    """The store could not be reached or lost its connection: an outage, worth retrying.
+
+    Each store adapter maps its driver's connection errors to this one type at its edge (the
+    PostgreSQL store maps psycopg's ``OperationalError``, ``InterfaceError`` and pool timeouts), so
+    the runtime retries an outage by catching one core type and never matches driver class names.
+    Anything else a store raises is a bug or a row the statement can't take: not retried.
+    """
 
 
 class WebhookVerificationError(OutboxError):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import attrs
 
@@ -44,6 +44,7 @@ __all__ = [
     "MAX_STEP_BUDGET",
     "EmailStepBudgets",
     "EmailTiming",
+    "LaneTiming",
     "WebhookTiming",
 ]
 
@@ -57,6 +58,43 @@ MAX_STEP_BUDGET: Final = timedelta(days=1)
 _TIMES: Final = "\N{MULTIPLICATION SIGN}"
 # Float seconds beyond this can't become a timedelta at all; refuse them before trying.
 _LARGEST_SECONDS: Final = 1e12
+
+
+@runtime_checkable
+class LaneTiming(Protocol):
+    """What the runtime needs of any lane's timing (e-mail, webhook retries, relay, consumers).
+
+    Every lane rides on the same worker loop; only these figures differ. An implementation checks
+    ``batch_size * per_row <= batch_timeout < claim_lease(batch_size)`` when it is built.
+    """
+
+    @property
+    def batch_size(self) -> int:
+        """How many rows one claim takes."""
+        ...
+
+    @property
+    def per_row(self) -> timedelta:
+        """The whole budget of one row: its work and its mark."""
+        ...
+
+    @property
+    def batch_timeout(self) -> timedelta:
+        """How long the worker may spend on one claimed batch."""
+        ...
+
+    @property
+    def mark_budget(self) -> timedelta:
+        """The part of :attr:`per_row` kept for the mark that records the row's outcome."""
+        ...
+
+    def claim_lease(self, n: int | None = None) -> timedelta:
+        """The lease a claim of ``n`` rows (default: a full batch) stamps."""
+        ...
+
+    def describe(self) -> str:
+        """One line for the worker to print at start."""
+        ...
 
 
 def _fmt(duration: timedelta) -> str:
@@ -215,6 +253,11 @@ class EmailTiming:
         """The whole budget of one row (60 s by default)."""
         return self.budgets.per_row
 
+    @property
+    def mark_budget(self) -> timedelta:
+        """The mark step's budget (:class:`LaneTiming`)."""
+        return self.budgets.mark
+
     def claim_lease(self, n: int | None = None) -> timedelta:
         """The lease a claim of ``n`` rows (default: a full batch) stamps: ``n * per_row + grace``.
 
@@ -327,6 +370,32 @@ class WebhookTiming:
         rows = self.retry_claim_batch if n is None else n
         _check_claim_size(rows)
         return rows * self.per_attempt + self.lease_grace
+
+    # --- LaneTiming: the retry lane's figures under the runtime's names ------------------------
+
+    @property
+    def batch_size(self) -> int:
+        """The retry lane's claim size (:attr:`retry_claim_batch`)."""
+        return self.retry_claim_batch
+
+    @property
+    def per_row(self) -> timedelta:
+        """One delivery attempt's whole budget (:attr:`per_attempt`)."""
+        return self.per_attempt
+
+    @property
+    def batch_timeout(self) -> timedelta:
+        """The retry batch timeout (:attr:`retry_batch_timeout`)."""
+        return self.retry_batch_timeout
+
+    @property
+    def mark_budget(self) -> timedelta:
+        """The mark's budget (:attr:`mark`)."""
+        return self.mark
+
+    def claim_lease(self, n: int | None = None) -> timedelta:
+        """The retry claim lease (:meth:`retry_claim_lease`)."""
+        return self.retry_claim_lease(n)
 
     def describe(self) -> str:
         """One line for the webhook workers to print at start."""
