@@ -10,7 +10,7 @@ import outbox_core
 EXPECTED = {
     "CONSUMER_BACKOFF", "DEFAULT_EMAIL_TIMING", "DEFAULT_SECRET_KEYS", "DEFAULT_WEBHOOK_TIMING",
     "EMAIL_BACKOFF", "ClaimToken", "ClaimedRow", "ConfigurationError", "EmailPayload",
-    "EmailStepBudgets", "EmailTiming", "Event", "ExponentialBackoff", "HttpAttempt", "HttpFailure",
+    "EmailStepBudgets", "EmailTiming", "Event", "LaneTiming", "StoreUnavailable", "ExponentialBackoff", "HttpAttempt", "HttpFailure",
     "IllegalTransition", "InvalidMessage", "InvalidPayload", "InvalidRecipient", "Mark",
     "NewMessage", "OutboxError", "Outcome", "OutcomeKind", "OutgoingMail", "RequeueRefused",
     "ScrubRules", "SlotSchedule", "SmtpSecurityPolicy", "SmtpStage", "SmtpTlsMode",
