@@ -3,7 +3,7 @@
 For each setting (``1x10``: 1 worker x batch 10; ``4x100``: 4 workers x batch 100), every run loads
 N due rows, drains them, and checks that each row was dispatched exactly once and scrubbed:
 
-- ``library``: :class:`~outbox_adapters.worker.Worker` in its strict mode (``rows_in_flight=1``: a
+- ``library``: :class:`~outbox_adapters.runtime.Worker` in its strict mode (``rows_in_flight=1``: a
   crash repeats at most the one row in flight), one store (pool) per worker;
 - ``raw``: :mod:`bench.raw`, the same claim and one autocommit fenced mark per row on psycopg;
 - ``library_grouped``: the worker with 10 rows in flight and their marks grouped per window

@@ -27,7 +27,7 @@ from bench.server import fresh_database
 from bench.settings import Sizes
 from bench.stats import Figure, percentile
 from outbox_adapters.postgres import PostgresStore, enqueue_async
-from outbox_adapters.worker import Worker
+from outbox_adapters.runtime import Worker
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
 

@@ -10,8 +10,9 @@ from typing import Any, Final
 
 import psycopg
 
+from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.postgres import PostgresStore
-from outbox_adapters.worker import LaneConfig, Worker
+from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_core.messages import ClaimedRow
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import RowHandler
@@ -46,7 +47,7 @@ def lane_config(
     poll_interval: float = DRAIN_POLL,
 ) -> LaneConfig:
     """The e-mail lane with its default budgets, at ``batch`` rows per claim."""
-    return LaneConfig(
+    return email_lane(
         timing=EmailTiming(batch_size=batch),
         rows_in_flight=rows_in_flight,
         group_marks=group_marks,

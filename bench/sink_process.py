@@ -1,4 +1,4 @@
-"""A STARTTLS SMTP sink (:class:`~outbox_adapters.smtp_sink.SmtpSink`) in a process of its own.
+"""A STARTTLS SMTP sink (:class:`~outbox_adapters.demo.sink.SmtpSink`) in a process of its own.
 
 The sink must not share the client's event loop or GIL, or the comparison would measure the two
 fighting over one core (PERFORMANCE.md measured with the sink in its own process). The parent
@@ -25,7 +25,7 @@ _REPLY_TIMEOUT = 10.0
 
 
 def _serve(pipe: Connection, max_life: float) -> None:
-    from outbox_adapters.smtp_sink import SmtpSink  # noqa: PLC0415 - imported in the child only
+    from outbox_adapters.demo.sink import SmtpSink  # noqa: PLC0415 - imported in the child only
 
     for name in ("mail.log", "mail.debug", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -36,7 +36,7 @@ from bench.settings import Sizes
 from bench.sink_process import SinkProcess
 from bench.stats import Figure, ratio, rotation
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.email import EmailHandler
+from outbox_adapters.lanes.email import EmailHandler
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.mail import build_message
 from outbox_core.outcomes import OutcomeKind

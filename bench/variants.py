@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
+from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_adapters.smtp import SmtpSettings
-from outbox_adapters.worker import LaneConfig, Worker
 
 __all__ = ["describe", "smtp_session_reuse", "wakeup_listener", "worker_accepts_wakeup"]
 

@@ -32,7 +32,7 @@ __all__ = ["LaneWakeup", "Wakeup", "WakeupHub"]
 
 @runtime_checkable
 class Wakeup(Protocol):
-    """What a :class:`~outbox_adapters.worker.Worker` needs to be woken early."""
+    """What a :class:`~outbox_adapters.runtime.Worker` needs to be woken early."""
 
     def clear(self) -> None:
         """Forget the signals received so far (the worker calls this just before it claims)."""

@@ -37,10 +37,14 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = [
+    "CLAIM_RETRY",
     "CONSUMER_BACKOFF",
     "EMAIL_BACKOFF",
+    "LISTEN_RETRY",
+    "MARK_RETRY",
     "Backoff",
     "ExponentialBackoff",
+    "RetryPause",
     "SlotSchedule",
     "check_jitter",
     "jittered",
@@ -197,3 +201,47 @@ EMAIL_BACKOFF: Final = SlotSchedule(
 
 #: Consumer channels: 5 attempts, exponential (ADR 0024): waits of about 2 s, 4 s, 8 s, 16 s.
 CONSUMER_BACKOFF: Final = ExponentialBackoff()
+
+
+def _pause_cap(inst: RetryPause, attribute: attrs.Attribute[timedelta], value: timedelta) -> None:
+    _positive(inst, attribute, value)
+    if value < inst.base:
+        raise ConfigurationError(f"RetryPause.cap ({value}) must not be below base ({inst.base})")
+
+
+def _pause_ratio(_inst: object, _attribute: object, value: float) -> None:
+    if not (math.isfinite(value) and 0.0 < value <= 1.0):
+        raise ConfigurationError(f"RetryPause.jitter_ratio must be in (0, 1], got {value!r}")
+
+
+@attrs.frozen
+class RetryPause:
+    """How long a worker waits before it tries an unavailable store or listener again.
+
+    Not a row's schedule (that is :class:`Backoff`): this is the pause after a failed claim, a failed
+    mark write or a lost LISTEN connection. It doubles from ``base`` up to ``cap`` and never ends,
+    and it is jittered by +/- ``jitter_ratio`` (half by default), so that the replicas which all lost
+    the database at the same instant do not all come back to a recovering server in lockstep.
+    """
+
+    #: The pause after the first failure.
+    base: timedelta = attrs.field(validator=_positive)
+    #: The longest pause, before jitter.
+    cap: timedelta = attrs.field(validator=_pause_cap)
+    #: How far jitter moves a pause, as a fraction of it.
+    jitter_ratio: float = attrs.field(default=0.5, validator=_pause_ratio)
+
+    def after(self, failures: int, *, jitter: float) -> timedelta:
+        """The pause after ``failures`` failures in a row (>= 1); ``jitter`` in [0, 1]."""
+        _check_attempts(failures)
+        # 2 ** 63 base-periods is far past any cap: stop doubling long before a float overflows.
+        grown = self.cap if failures > 63 else min(self.cap, self.base * 2 ** (failures - 1))
+        return jittered(grown, ratio=self.jitter_ratio, jitter=jitter)
+
+
+#: After a failed claim: 1 s, 2 s, 4 s ... up to 30 s, each +/- 50%.
+CLAIM_RETRY: Final = RetryPause(base=timedelta(seconds=1), cap=timedelta(seconds=30))
+#: Between tries of one mark write within its budget: 50 ms doubling up to 1 s, +/- 50%.
+MARK_RETRY: Final = RetryPause(base=timedelta(milliseconds=50), cap=timedelta(seconds=1))
+#: Before re-opening a lost LISTEN connection: 100 ms doubling up to 5 s, +/- 50%.
+LISTEN_RETRY: Final = RetryPause(base=timedelta(milliseconds=100), cap=timedelta(seconds=5))

@@ -8,12 +8,17 @@ come back. Everything here keeps a live worker inside its own lease and keeps a 
 
 * **The row-start gate.** A row is started only if a whole per-row budget still fits before the
   batch deadline (:func:`may_start_row`). A row that is not started keeps its lease and is
-  re-claimed later; it is not sent half-way and cancelled. (ADR-072 calls the gate a
-  duplicate-window shrink: the detached mark is what keeps delivered work recorded.)
-* **Row and exchange deadlines.** A row's work ends at ``min(start + per_row, lease expiry)``
+  re-claimed later; it is not sent half-way and cancelled. (The gate shrinks the duplicate
+  window; the detached mark is what keeps delivered work recorded.)
+* **Row and step deadlines.** A row's work ends at ``min(start + per_row, lease expiry)``
   (:func:`row_deadline`): a worker never keeps sending past its own lease (RELIABILITY F4),
-  because after that a sibling may own the row. The SMTP exchange ends at
-  ``min(start + 30 s, row deadline)`` (:func:`exchange_deadline`; ADR-072 decision 6).
+  because after that a sibling may own the row. A step within it (the SMTP dial, the exchange)
+  ends at ``min(start + its budget, row deadline)`` (:func:`exchange_deadline`).
+* **The leadership gate.** On a leader-gated lane a row starts only if it ends inside the term
+  the worker can prove (:func:`leader_admits_row`), so two workers never send at once.
+
+The gate and the deadlines take monotonic seconds, as the worker reads them: the runtime calls
+these functions, so their tests and mutants prove the code that runs.
 * **The fence.** Every claim issues a fresh :class:`~outbox_core.messages.ClaimToken`, and a mark
   applies only while the row is ``pending`` under that same token (:func:`fence_admits`).
 * **Duplicate accounting.** Delivery is at least once: a crash can duplicate a row only if the peer
@@ -24,15 +29,14 @@ come back. Everything here keeps a live worker inside its own lease and keeps a 
 from __future__ import annotations
 
 import enum
+import math
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 import attrs
 
-from outbox_core._validators import aware
 from outbox_core.delivery import Status
-from outbox_core.timing import DEFAULT_EMAIL_TIMING
 
 if TYPE_CHECKING:
     from outbox_core.messages import ClaimToken
@@ -46,6 +50,7 @@ __all__ = [
     "exchange_deadline",
     "fence_admits",
     "is_expired",
+    "leader_admits_row",
     "lease_expires_at",
     "max_duplicates",
     "may_start_row",
@@ -78,74 +83,100 @@ def is_expired(expires_at: datetime, *, now: datetime) -> bool:
     return now >= expires_at
 
 
-def may_start_row(*, now: datetime, batch_deadline: datetime, per_row: timedelta) -> bool:
+def _finite(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of monotonic seconds, got {value!r}")
+
+
+def _positive_seconds(name: str, value: float) -> None:
+    _finite(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be above 0 seconds, got {value!r}")
+
+
+# The gate and the deadlines below run once per row on the worker's hot path; they take monotonic
+# seconds (floats) as the worker reads them, and check their inputs only where a batch starts
+# (:meth:`BatchClock.start`), so the runtime applies exactly these functions and nothing beside them.
+
+
+def may_start_row(*, now: float, batch_deadline: float, per_row: float) -> bool:
     """The row-start gate: start a row only if its whole budget ends by the batch deadline.
 
-    A row the batch can't finish is left alone; it keeps its lease and is re-claimed after it,
-    instead of being cut off mid-send when the batch is cancelled.
+    A row the batch can't finish is left alone; it is given back (or keeps its lease) and is
+    claimed again, instead of being cut off mid-send when the batch ends.
     """
-    _aware("now", now)
-    _aware("batch_deadline", batch_deadline)
-    _positive("per_row", per_row)
     return now + per_row <= batch_deadline
 
 
-def _deadline_after_start(inst: BatchClock, _attribute: object, deadline: datetime) -> None:
-    if deadline <= inst.started_at:
-        raise ValueError(
-            f"a batch deadline must come after its start, got {deadline} for a start at"
-            f" {inst.started_at}"
-        )
+def leader_admits_row(*, now: float, trusted_until: float, per_row: float) -> bool:
+    """The leadership gate: start a row only if it ends inside the term this worker can prove.
+
+    A leader-gated lane must never have two workers sending at once. A new leader can only win
+    after the old term has run out; a row that ends before ``trusted_until`` (the term's end on
+    the monotonic clock, measured from the renewal's *start*) is therefore over before anybody
+    else may act on the lane.
+    """
+    return now + per_row <= trusted_until
 
 
-@attrs.frozen
-class BatchClock:
-    """When the current batch started and when it must be done."""
-
-    #: When the worker started the batch (after the claim committed).
-    started_at: datetime = attrs.field(validator=aware)
-    #: ``started_at + batch_timeout``: no row may still be running then.
-    deadline: datetime = attrs.field(validator=[aware, _deadline_after_start])
-
-    @classmethod
-    def start(cls, now: datetime, batch_timeout: timedelta) -> BatchClock:
-        """A clock for a batch starting at ``now`` with ``batch_timeout`` to run."""
-        _positive("batch_timeout", batch_timeout)
-        return cls(now, now + batch_timeout)
-
-    def may_start_row(self, now: datetime, per_row: timedelta) -> bool:
-        """:func:`may_start_row` against this batch's deadline."""
-        return may_start_row(now=now, batch_deadline=self.deadline, per_row=per_row)
-
-
-def row_deadline(
-    *, row_started: datetime, per_row: timedelta, lease_expires_at: datetime
-) -> datetime:
+def row_deadline(*, row_started: float, per_row: float, lease_deadline: float) -> float:
     """When a row's work must be over: its budget's end, or its lease's end if that comes first.
 
     The lease bound is what keeps a slow or partitioned worker from sending after a sibling may
     have re-claimed the row (RELIABILITY F4: no send after the worker's own lease deadline).
     """
-    _aware("row_started", row_started)
-    _positive("per_row", per_row)
-    _aware("lease_expires_at", lease_expires_at)
-    return min(row_started + per_row, lease_expires_at)
+    return min(row_started + per_row, lease_deadline)
 
 
-def exchange_deadline(
-    *,
-    now: datetime,
-    row_deadline: datetime,
-    cap: timedelta = DEFAULT_EMAIL_TIMING.budgets.smtp_exchange,
-) -> datetime:
-    """The SMTP exchange's deadline: ``min(now + cap, row_deadline)`` (ADR-072 decision 6).
+def exchange_deadline(*, now: float, row_deadline: float, cap: float) -> float:
+    """A step's deadline within a row (an SMTP dial or exchange): ``min(now + cap, row_deadline)``.
 
-    ``cap`` is the exchange step's budget (30 s by default); pass the configured one.
+    ``cap`` is the step's budget (dial 10 s, exchange 30 s by default): a step never runs past its
+    own budget nor past the row's deadline.
     """
-    _aware("now", now)
-    _aware("row_deadline", row_deadline)
-    _positive("cap", cap)
     return min(now + cap, row_deadline)
+
+
+@attrs.frozen
+class BatchClock:
+    """A claimed batch's two deadlines on the worker's monotonic clock (seconds).
+
+    ``claimed_at`` is the instant the claim *started*: the database stamped the lease no earlier,
+    so trusting the lease until ``claimed_at + lease`` can only err on the short side.
+    """
+
+    #: When the claim started (monotonic seconds).
+    claimed_at: float
+    #: ``claimed_at + batch_timeout``: no row may start unless it ends by then.
+    batch_deadline: float
+    #: ``claimed_at + claim lease``: no row's work may run past it.
+    lease_deadline: float
+
+    @classmethod
+    def start(cls, claimed_at: float, *, batch_timeout: timedelta, lease: timedelta) -> BatchClock:
+        """The clock of a batch whose claim started at ``claimed_at``."""
+        _finite("claimed_at", claimed_at)
+        _positive("batch_timeout", batch_timeout)
+        _positive("lease", lease)
+        if batch_timeout >= lease:
+            raise ValueError(
+                f"a batch timeout ({batch_timeout}) must end before its claim lease ({lease})"
+            )
+        return cls(
+            claimed_at,
+            claimed_at + batch_timeout.total_seconds(),
+            claimed_at + lease.total_seconds(),
+        )
+
+    def may_start_row(self, now: float, per_row: float) -> bool:
+        """:func:`may_start_row` against this batch's deadline."""
+        return may_start_row(now=now, batch_deadline=self.batch_deadline, per_row=per_row)
+
+    def row_deadline(self, row_started: float, per_row: float) -> float:
+        """:func:`row_deadline` against this batch's lease."""
+        return row_deadline(
+            row_started=row_started, per_row=per_row, lease_deadline=self.lease_deadline
+        )
 
 
 def fence_admits(

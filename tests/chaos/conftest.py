@@ -41,9 +41,9 @@ if _ROOT not in sys.path:
 from aiosmtpd.smtp import SMTP, Envelope, Session  # noqa: E402
 from tests.faults.worker_proc import MUTANT_ENV, WorkerOptions, WorkerProcess  # noqa: E402
 
-from outbox_adapters.email import email_message  # noqa: E402
+from outbox_adapters.demo.sink import ReceivedMail, SinkHandler, SmtpSink  # noqa: E402
+from outbox_adapters.lanes.email import email_message  # noqa: E402
 from outbox_adapters.postgres import enqueue, schema  # noqa: E402
-from outbox_adapters.smtp_sink import ReceivedMail, SinkHandler, SmtpSink  # noqa: E402
 
 #: The statuses a row does not leave by itself.
 TERMINAL = frozenset({"dispatched", "skipped", "failed"})
@@ -184,7 +184,7 @@ class _DelayingHandler(SinkHandler):
 
 
 class ChaosSink:
-    """A running :class:`~outbox_adapters.smtp_sink.SmtpSink` (STARTTLS) that counts copies."""
+    """A running :class:`~outbox_adapters.demo.sink.SmtpSink` (STARTTLS) that counts copies."""
 
     def __init__(self, sink: SmtpSink, handler: _DelayingHandler) -> None:
         self.sink = sink

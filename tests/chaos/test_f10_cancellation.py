@@ -39,11 +39,11 @@ from psycopg.rows import dict_row
 from tests.faults.smtp_servers import Hostility, RawSmtpServer
 
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.demo.sink import SmtpSink
+from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresStore, enqueue_async
+from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import SmtpSink
-from outbox_adapters.worker import LaneConfig, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.outcomes import Outcome
@@ -193,7 +193,7 @@ async def run_case(dsn: str, sink: SmtpSink) -> Case:  # noqa: PLR0915 - one sto
                 raise
 
         recording = Recording(store, mark_delay=MARK_DELAY)
-        config = LaneConfig(
+        config = email_lane(
             lane=lane, timing=TIMING, poll_interval=0.05, rows_in_flight=2, backoff=_retry()
         )
         worker = Worker(recording, route, config, clock=SystemClock())
@@ -229,7 +229,7 @@ async def run_case(dsn: str, sink: SmtpSink) -> Case:  # noqa: PLR0915 - one sto
         sibling = Worker(
             store,
             EmailHandler(good, sender=SENDER, clock=SystemClock()),
-            LaneConfig(lane=lane, timing=TIMING, poll_interval=0.05, backoff=_retry()),
+            email_lane(lane=lane, timing=TIMING, poll_interval=0.05, backoff=_retry()),
             clock=SystemClock(),
         )
         sibling_task = asyncio.create_task(sibling.run())

@@ -29,10 +29,10 @@ import pytest
 from tests.faults.pg import ThrowawayPostgres
 
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.email import EmailHandler
+from outbox_adapters.lanes.email import EmailHandler, email_lane
 from outbox_adapters.postgres import PostgresStore, schema
+from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.worker import LaneConfig, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.ports import ClaimRequest, MarkResult
@@ -189,7 +189,7 @@ async def test_f3_postgres_outages_mid_drain(  # noqa: PLR0915, PLR0917 - one st
         dial=TIMING.budgets.dial,
         exchange_cap=TIMING.budgets.smtp_exchange,
     )
-    config = LaneConfig(
+    config = email_lane(
         lane=lane,
         timing=TIMING,
         poll_interval=0.05,

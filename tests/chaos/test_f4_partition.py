@@ -51,11 +51,11 @@ from tests.faults.proxy import Direction, FaultProxy
 from tests.faults.smtp_servers import TimedSinkHandler, timed_sink
 
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.demo.sink import SmtpSink
+from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresStore, enqueue, schema
+from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import SmtpSink
-from outbox_adapters.worker import LaneConfig, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.outcomes import Outcome
@@ -252,7 +252,7 @@ class Scene:
         handler = recorder.handler(
             EmailHandler(mailer, sender=SENDER, clock=SystemClock()), after_send
         )
-        config = LaneConfig(
+        config = email_lane(
             lane=self.lane,
             timing=timing,
             poll_interval=0.05,

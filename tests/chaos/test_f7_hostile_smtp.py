@@ -38,11 +38,11 @@ from tests.faults.smtp_servers import (
 )
 
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.demo.sink import SmtpSink
+from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresStore, enqueue_async
+from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import SmtpSink
-from outbox_adapters.worker import LaneConfig, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimedRow
 from outbox_core.outcomes import Outcome
@@ -248,7 +248,7 @@ async def run_scenario(
             finally:
                 spans[int(row.id)] = (started, loop.time())
 
-        config = LaneConfig(
+        config = email_lane(
             lane=lane, timing=TIMING, poll_interval=0.05, backoff=SlotSchedule((RETRY_IN,))
         )
         report = await asyncio.wait_for(

@@ -8,7 +8,7 @@ Two kinds:
   peer that defeats per-read timeouts), and **disconnect** mid-exchange (after MAIL, or after the
   message but before the reply). It speaks STARTTLS (a throwaway ``trustme`` CA; trust it with
   :meth:`RawSmtpServer.client_context`) so a strict client gets as far as DATA.
-- the aiosmtpd :class:`~outbox_adapters.smtp_sink.SmtpSink` for the rest: no STARTTLS advertised
+- the aiosmtpd :class:`~outbox_adapters.demo.sink.SmtpSink` for the rest: no STARTTLS advertised
   (:func:`no_starttls_sink`), a certificate the client doesn't trust (:func:`untrusted_context`),
   4xx and 5xx replies (its ``transient*`` and ``bounce*`` recipients), plus :func:`timed_sink`,
   which also stamps when each message arrived.
@@ -35,7 +35,7 @@ import attrs
 import trustme
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from outbox_adapters.smtp_sink import SinkHandler, SmtpSink
+from outbox_adapters.demo.sink import SinkHandler, SmtpSink
 
 __all__ = [
     "PLAINTEXT_SENSITIVE",

@@ -5,8 +5,8 @@
         [--max-attempts N] [--retry-seconds S] [--standby] [--drain]
 
 The child runs the production pieces unchanged — :class:`~outbox_adapters.postgres.store.PostgresStore`,
-:class:`~outbox_adapters.email.EmailHandler`, :class:`~outbox_adapters.smtp.SmtpMailer` (strict
-STARTTLS, the sink's CA) and :class:`~outbox_adapters.worker.Worker` — wrapped by the fail-points of
+:class:`~outbox_adapters.lanes.email.EmailHandler`, :class:`~outbox_adapters.smtp.SmtpMailer` (strict
+STARTTLS, the sink's CA) and :class:`~outbox_adapters.runtime.Worker` — wrapped by the fail-points of
 :mod:`tests.faults.failpoints` (``OUTBOX_FAILPOINT``). It talks to the test through JSON lines on
 stdout (``ready``, ``go``, ``claimed``, ``sent``, ``mark``, ``failpoint``, ``resumed``,
 ``stopped``); its log goes to stderr. SIGTERM is a graceful stop (``Worker.request_stop``).
@@ -424,9 +424,9 @@ def _wait_for_go(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> asynci
 async def _serve(args: argparse.Namespace, trigger: Trigger) -> int:
     store_class = _import_store()  # first: nothing below may drag the package __init__ in
     from outbox_adapters.clock import SystemClock  # noqa: PLC0415 - child-only imports
-    from outbox_adapters.email import EmailHandler  # noqa: PLC0415
+    from outbox_adapters.lanes.email import EmailHandler, email_lane  # noqa: PLC0415
+    from outbox_adapters.runtime import Worker  # noqa: PLC0415
     from outbox_adapters.smtp import SmtpMailer, SmtpSettings  # noqa: PLC0415
-    from outbox_adapters.worker import LaneConfig, Worker  # noqa: PLC0415
     from outbox_core.backoff import ExponentialBackoff  # noqa: PLC0415
     from outbox_core.tls import SmtpSecurityPolicy  # noqa: PLC0415
 
@@ -437,7 +437,7 @@ async def _serve(args: argparse.Namespace, trigger: Trigger) -> int:
     backoff = ExponentialBackoff(
         max_attempts=args.max_attempts, base=retry, cap=max(retry, timedelta(seconds=2))
     )
-    config = LaneConfig(
+    config = email_lane(
         lane=args.lane,
         timing=timing,
         backoff=backoff,

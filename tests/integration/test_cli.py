@@ -29,8 +29,8 @@ from click.testing import CliRunner, Result
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from outbox_adapters.cli import main
+from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.postgres import schema
-from outbox_adapters.smtp_sink import SmtpSink
 
 pytestmark = pytest.mark.integration
 

@@ -19,13 +19,13 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from outbox_adapters import worker as worker_module
+from outbox_adapters import runtime as worker_module
 from outbox_adapters.clock import FakeClock, SystemClock
-from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.demo.sink import SmtpSink
+from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresStore, enqueue_async, schema
+from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import SmtpSink
-from outbox_adapters.worker import LaneConfig, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import ClaimedRow, Mark
@@ -91,7 +91,7 @@ def mailer_for(sink: SmtpSink, **policy_kwargs: Any) -> SmtpMailer:
 def make_worker(store: PostgresStore, handler: Any, **config: Any) -> Worker:
     config.setdefault("poll_interval", 0.05)
     config.setdefault("backoff", SlotSchedule((timedelta(minutes=1),)))
-    return Worker(store, handler, LaneConfig(**config), clock=SystemClock())
+    return Worker(store, handler, email_lane(**config), clock=SystemClock())
 
 
 async def enqueue_mail(dsn: str, *recipients: str) -> list[int]:
@@ -287,7 +287,7 @@ async def test_the_row_start_gate_gives_back_rows_the_batch_cannot_finish(
         clock.advance(timing.per_row * 1.5)  # the first row eats more than its share of the batch
         return Outcome.sent()
 
-    worker = Worker(store, slow, LaneConfig(timing=timing, poll_interval=0.05), clock=clock)
+    worker = Worker(store, slow, email_lane(timing=timing, poll_interval=0.05), clock=clock)
     report = await worker.run_once()
 
     assert (report.dispatched, report.released) == (1, 1)

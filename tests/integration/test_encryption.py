@@ -31,11 +31,11 @@ from click.testing import CliRunner, Result
 from outbox_adapters.cli import main
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.crypto import AesGcmEncryptor, format_key_entry, generate_key
-from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.demo.sink import SmtpSink
+from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresStore, enqueue, enqueue_async, schema, statements
+from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import SmtpSink
-from outbox_adapters.worker import LaneConfig, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimToken, NewMessage
 from outbox_core.ports import ClaimRequest, Encryptor, RequeueRequest
@@ -90,7 +90,7 @@ def handler_for(sink: SmtpSink, encryptor: Encryptor | None, **kwargs: Any) -> E
 
 
 async def drain(store: PostgresStore, lane: str, handler: EmailHandler) -> None:
-    config = LaneConfig(
+    config = email_lane(
         lane=lane, poll_interval=0.05, backoff=SlotSchedule((timedelta(minutes=1),))
     )
     try:

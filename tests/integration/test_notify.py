@@ -21,6 +21,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
+from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.postgres import (
     WAKEUP_CHANNEL,
     PostgresStore,
@@ -29,7 +30,7 @@ from outbox_adapters.postgres import (
     enqueue_async,
     schema,
 )
-from outbox_adapters.worker import LaneConfig, Worker
+from outbox_adapters.runtime import Worker
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
@@ -273,7 +274,7 @@ async def test_a_worker_with_a_listener_sends_a_fresh_row_within_a_second_despit
         WakeupListener(dsn) as listener,
     ):
         worker = Worker(
-            store, handler, LaneConfig(poll_interval=30.0), wakeup=listener.wakeup("email")
+            store, handler, email_lane(poll_interval=30.0), wakeup=listener.wakeup("email")
         )
         running = asyncio.create_task(worker.run())
         try:
@@ -330,7 +331,7 @@ async def test_with_notify_turned_off_polling_still_delivers(dsn: str):
         WakeupListener(dsn) as listener,
     ):
         worker = Worker(
-            store, handler, LaneConfig(poll_interval=0.2), wakeup=listener.wakeup("email")
+            store, handler, email_lane(poll_interval=0.2), wakeup=listener.wakeup("email")
         )
         running = asyncio.create_task(worker.run())
         try:

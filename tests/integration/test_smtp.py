@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 
-from outbox_adapters import smtp_sink
+from outbox_adapters.demo import sink as smtp_sink
+from outbox_adapters.demo.sink import SinkHandler, SinkTls, SmtpSink
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import SinkHandler, SinkTls, SmtpSink
 from outbox_core.errors import ConfigurationError
 from outbox_core.mail import OutgoingMail, build_message
 from outbox_core.outcomes import OutcomeKind

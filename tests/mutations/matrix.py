@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from outbox_adapters import worker
 from outbox_adapters.postgres import statements
+from outbox_adapters.runtime import marking as worker
 
 STORE = "tests/integration/test_postgres_store.py"
 WORKER = "tests/integration/test_email_worker.py"

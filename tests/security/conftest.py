@@ -39,11 +39,11 @@ import pytest
 from psycopg.rows import dict_row
 
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.demo.sink import ReceivedMail, SmtpSink
+from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresStore, enqueue_async, schema
+from outbox_adapters.runtime import Worker, WorkerStats
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import ReceivedMail, SmtpSink
-from outbox_adapters.worker import LaneConfig, Worker, WorkerStats
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimedRow, ClaimToken, NewMessage
 from outbox_core.outcomes import Outcome
@@ -226,7 +226,7 @@ class Pipeline:
         handler = EmailHandler(
             mailer or self.mailer(), sender=SENDER, clock=SystemClock(), **handler_kwargs
         )
-        config = LaneConfig(
+        config = email_lane(
             lane=self.lane,
             poll_interval=0.05,
             backoff=SlotSchedule((timedelta(minutes=1),) * 10),

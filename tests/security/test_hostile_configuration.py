@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from outbox_adapters.cli import main
+from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.smtp import SmtpSettings
-from outbox_adapters.worker import LaneConfig
 from outbox_core.errors import ConfigurationError
 from outbox_core.scrub import ScrubRules
 from outbox_core.timing import EmailStepBudgets, EmailTiming
@@ -52,7 +52,7 @@ REFUSED = [
     ("budget-unknown", lambda: EmailTiming.with_overrides({"dialling": 3}), "unknown budget name(s) dialling"),
     ("batch-zero", lambda: EmailTiming(batch_size=0), "batch_size must be a whole number"),
     ("batch-bool", lambda: EmailTiming(batch_size=True), "batch_size must be a whole number"),
-    ("rows-in-flight", lambda: LaneConfig(rows_in_flight=6), "rows_in_flight must be between 1 and the batch size 5"),
+    ("rows-in-flight", lambda: email_lane(rows_in_flight=6), "rows_in_flight must be between 1 and the batch size 5"),
     # tls=none: never in production, elsewhere only with the explicit opt-in, never with AUTH
     ("none-in-production", lambda: policy(mode="none", allow_plaintext=True, environment="production"), "refused in environment 'production'"),
     ("none-in-PRODUCTION", lambda: policy(mode="none", allow_plaintext=True, environment=" PRODUCTION "), "refused in environment ' PRODUCTION '"),
@@ -90,8 +90,8 @@ REFUSED = [
     ("url-port-text", lambda: from_url("smtp://smtp.example.org:submission"), "SMTP URL has an invalid port"),
     ("url-no-host", lambda: from_url("smtp://:587"), "SMTP host must be a host name or address"),
     # timeouts and the session pool
-    ("dial-zero", lambda: settings(dial=timedelta(0)), "SMTP dial must be positive"),
-    ("exchange-negative", lambda: settings(exchange_cap=timedelta(seconds=-1)), "SMTP exchange_cap must be positive"),
+    ("dial-zero", lambda: settings(dial=timedelta(0)), "SMTP dial must be a duration above 0s"),
+    ("exchange-negative", lambda: settings(exchange_cap=timedelta(seconds=-1)), "SMTP exchange_cap must be a duration above 0s"),
     ("sessions-zero", lambda: settings(max_sessions=0), "SMTP max_sessions must be a whole number from 1 to 64"),
     ("sessions-too-many", lambda: settings(max_sessions=65), "SMTP max_sessions must be a whole number from 1 to 64"),
     ("sessions-bool", lambda: settings(max_sessions=True), "SMTP max_sessions must be a whole number"),
@@ -124,12 +124,12 @@ GAPS = [
     ("url-port-zero", lambda: from_url("smtp://smtp.example.org:0"), "port"),
     ("port-bool", lambda: settings(port=True), "port"),
     ("port-text", lambda: settings(port="587"), "port"),
-    ("lane-invalid", lambda: LaneConfig(lane="Email "), "lane"),
-    ("poll-zero", lambda: LaneConfig(poll_interval=0), "poll_interval"),
-    ("leader-ttl-zero", lambda: LaneConfig(leader_ttl=timedelta(0)), "leader_ttl"),
+    ("lane-invalid", lambda: email_lane(lane="Email "), "lane"),
+    ("poll-zero", lambda: email_lane(poll_interval=0), "poll_interval"),
+    ("leader-ttl-zero", lambda: email_lane(leader_ttl=timedelta(0)), "leader_ttl"),
     (
         "retry-after-cap-negative",
-        lambda: LaneConfig(retry_after_cap=timedelta(seconds=-1)),
+        lambda: email_lane(retry_after_cap=timedelta(seconds=-1)),
         "retry_after_cap",
     ),
 ]

@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from outbox_adapters.cli import main
-from outbox_adapters.smtp_sink import SmtpSink
+from outbox_adapters.demo.sink import SmtpSink
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +90,9 @@ async def test_a_canary_through_the_whole_pipeline_is_never_logged(
     assert reset in wire_check.reparse(delivered.data).get_body(("plain",)).get_content()
     # Captured at DEBUG/INFO (so the check below is not vacuous) ...
     texts = log_canary.texts(since=start)
-    assert any(logger == "outbox_adapters.worker" and level == "INFO" for logger, level, _ in texts)
+    assert any(
+        logger == "outbox_adapters.runtime" and level == "INFO" for logger, level, _ in texts
+    )
     # ... and not one record holds the link, the password or the wrong password.
     assert log_canary.leaks_since(start) == []
     for row in rows.values():
@@ -177,12 +179,12 @@ BOOM = "boom-meta-{hex}"
 def leaks_at_teardown(log_canary):
     log_canary.register("teardown-meta-{hex}")
     yield
-    logging.getLogger("outbox_adapters.worker").warning("closing %s", "teardown-meta-{hex}")
+    logging.getLogger("outbox_adapters.runtime").warning("closing %s", "teardown-meta-{hex}")
 
 
 def test_debug_message(log_canary):
     token = log_canary.new("fixture")
-    logging.getLogger("outbox_adapters.worker").debug("payload %r", {{"password_reset_url": token}})
+    logging.getLogger("outbox_adapters.runtime").debug("payload %r", {{"password_reset_url": token}})
 
 
 def test_extra_field():
@@ -207,7 +209,7 @@ CANARY = "canary-meta-{hex}"
 
 def test_logs_no_secret(log_canary):
     log_canary.new("fixture")
-    logging.getLogger("outbox_adapters.worker").debug("row %s: sent", 1)
+    logging.getLogger("outbox_adapters.runtime").debug("row %s: sent", 1)
 """
 
 
@@ -247,13 +249,13 @@ def test_the_plugin_fails_a_session_that_logs_a_canary(tmp_path):
     assert result.returncode == 1, out  # ... and the session failed all the same
     assert "LOG CANARY LEAKED" in out
     assert (
-        "test_inner.py::test_debug_message (call): logger 'outbox_adapters.worker' at DEBUG" in out
+        "test_inner.py::test_debug_message (call): logger 'outbox_adapters.runtime' at DEBUG" in out
     )
     assert "test_inner.py::test_extra_field (call): logger 'outbox_core' at INFO" in out
     assert f"canary 'canary-meta-{hex_}'" in out
     assert f"canary 'boom-meta-{hex_}'" not in out  # not registered: not a canary
     assert f"canary 'teardown-meta-{hex_}'" in out  # session fixture teardown, after every test
-    assert "(teardown): logger 'outbox_adapters.worker' at WARNING" in out
+    assert "(teardown): logger 'outbox_adapters.runtime' at WARNING" in out
 
 
 def test_the_plugin_finds_a_module_constant_in_an_exception(tmp_path):

@@ -28,8 +28,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from outbox_adapters.demo.sink import free_port
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import free_port
 from outbox_core.ports import RequeueRequest
 from outbox_core.tls import SmtpSecurityPolicy
 

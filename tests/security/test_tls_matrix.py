@@ -32,11 +32,11 @@ import attrs
 import pytest
 import trustme
 
-from outbox_adapters import smtp_sink
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.email import EmailHandler
+from outbox_adapters.demo import sink as smtp_sink
+from outbox_adapters.demo.sink import SmtpSink
+from outbox_adapters.lanes.email import EmailHandler
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import SmtpSink
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.outcomes import Outcome, OutcomeKind

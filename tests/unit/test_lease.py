@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta, timezone
 
 import attrs
@@ -19,6 +20,7 @@ from outbox_core.lease import (
     exchange_deadline,
     fence_admits,
     is_expired,
+    leader_admits_row,
     lease_expires_at,
     max_duplicates,
     may_start_row,
@@ -41,6 +43,11 @@ instants = st.datetimes(
 )
 durations = st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(days=2))
 signed = st.timedeltas(min_value=-timedelta(days=2), max_value=timedelta(days=2))
+#: A monotonic instant (seconds), as the worker reads ``Clock.monotonic()``.
+M0 = 1_000.0
+moments = st.floats(min_value=0, max_value=1e9, allow_nan=False)
+spans = st.floats(min_value=1e-6, max_value=172_800.0)
+signed_spans = st.floats(min_value=-172_800.0, max_value=172_800.0)
 
 
 # -- expiry ------------------------------------------------------------------------------------
@@ -73,15 +80,6 @@ def test_a_lease_is_expired_from_its_expiry_instant_on(now, expired):
         (lambda: is_expired(NAIVE, now=T0), "expires_at"),
         (lambda: is_expired(T0, now=NAIVE), "now"),
         (lambda: is_expired(T0, now="2026-07-03T12:00Z"), "now"),  # type: ignore[arg-type]
-        (lambda: may_start_row(now=NAIVE, batch_deadline=T0, per_row=S), "now"),
-        (lambda: may_start_row(now=T0, batch_deadline=NAIVE, per_row=S), "batch_deadline"),
-        (lambda: row_deadline(row_started=NAIVE, per_row=S, lease_expires_at=T0), "row_started"),
-        (
-            lambda: row_deadline(row_started=T0, per_row=S, lease_expires_at=NAIVE),
-            "lease_expires_at",
-        ),
-        (lambda: exchange_deadline(now=NAIVE, row_deadline=T0), "now"),
-        (lambda: exchange_deadline(now=T0, row_deadline=NAIVE), "row_deadline"),
     ],
 )
 def test_naive_datetimes_are_refused(call, name):
@@ -94,10 +92,8 @@ def test_naive_datetimes_are_refused(call, name):
     ("call", "name"),
     [
         (lambda d: lease_expires_at(T0, d), "lease"),
-        (lambda d: may_start_row(now=T0, batch_deadline=T0 + S, per_row=d), "per_row"),
-        (lambda d: row_deadline(row_started=T0, per_row=d, lease_expires_at=T0), "per_row"),
-        (lambda d: exchange_deadline(now=T0, row_deadline=T0, cap=d), "cap"),
-        (lambda d: BatchClock.start(T0, d), "batch_timeout"),
+        (lambda d: BatchClock.start(M0, batch_timeout=d, lease=360 * S), "batch_timeout"),
+        (lambda d: BatchClock.start(M0, batch_timeout=S, lease=d), "lease"),
     ],
 )
 def test_durations_that_are_not_positive_are_refused(call, name, bad):
@@ -105,27 +101,40 @@ def test_durations_that_are_not_positive_are_refused(call, name, bad):
         call(bad)
 
 
-# -- the row-start gate ------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [math.nan, math.inf, "1000", True])
+def test_a_batch_starts_at_a_finite_monotonic_instant(bad):
+    with pytest.raises(
+        ValueError, match=r"^claimed_at must be a finite number of monotonic seconds"
+    ):
+        BatchClock.start(bad, batch_timeout=300 * S, lease=360 * S)
+
+
+def test_a_batch_timeout_must_end_before_the_lease():
+    with pytest.raises(ValueError, match="must end before its claim lease"):
+        BatchClock.start(M0, batch_timeout=360 * S, lease=360 * S)
+
+
+# -- the row-start gate (monotonic seconds, as the worker reads them) -----------------------------
 
 
 @pytest.mark.parametrize(
     ("now", "admitted"),
     [
-        (T0, True),
-        (T0 + 240 * S, True),  # the fifth row of a default batch: it ends exactly at the deadline
-        (T0 + 240 * S + timedelta(microseconds=1), False),
-        (T0 + 299 * S, False),
+        (M0, True),
+        (M0 + 240, True),  # the fifth row of a default batch: it ends exactly at the deadline
+        (M0 + 240.000001, False),
+        (M0 + 299, False),
     ],
 )
 def test_a_row_starts_only_if_its_whole_budget_fits(now, admitted):
-    deadline = T0 + DEFAULT_EMAIL_TIMING.batch_timeout
-    assert may_start_row(now=now, batch_deadline=deadline, per_row=60 * S) is admitted
-    assert BatchClock.start(T0, DEFAULT_EMAIL_TIMING.batch_timeout).may_start_row(now, 60 * S) is (
-        admitted
-    )
+    timing = DEFAULT_EMAIL_TIMING
+    deadline = M0 + timing.batch_timeout.total_seconds()
+    assert may_start_row(now=now, batch_deadline=deadline, per_row=60.0) is admitted
+    clock = BatchClock.start(M0, batch_timeout=timing.batch_timeout, lease=timing.claim_lease())
+    assert clock.may_start_row(now, 60.0) is admitted
 
 
-@given(now=instants, per_row=durations, slack=signed)
+@given(now=moments, per_row=spans, slack=signed_spans)
 def test_the_gate_never_admits_a_row_that_ends_after_the_deadline(now, per_row, slack):
     deadline = now + per_row + slack
     admitted = may_start_row(now=now, batch_deadline=deadline, per_row=per_row)
@@ -141,50 +150,68 @@ def test_the_gate_never_admits_a_row_that_ends_after_the_deadline(now, per_row, 
 def test_a_gated_batch_ends_inside_its_claim_lease(steps, batch_size, grace, row_fractions):
     budgets = EmailStepBudgets(*(seconds * S for seconds in steps))
     timing = EmailTiming(budgets, batch_size, lease_grace=grace * S)
-    lease_end = lease_expires_at(T0, timing.claim_lease())
-    clock = BatchClock.start(T0, timing.batch_timeout)
-    now, started = T0, 0
+    clock = BatchClock.start(M0, batch_timeout=timing.batch_timeout, lease=timing.claim_lease())
+    per_row = timing.per_row.total_seconds()
+    now, started = M0, 0
     for fraction in row_fractions[:batch_size]:
-        if not clock.may_start_row(now, timing.per_row):
+        if not clock.may_start_row(now, per_row):
             break
         started += 1
-        now += timing.per_row * fraction  # a row uses at most its budget
-        assert now <= clock.deadline < lease_end
+        now += per_row * fraction  # a row uses at most its budget
+        assert now <= clock.batch_deadline < clock.lease_deadline
     # With the default batch timeout a full batch always fits: no row is left for a re-claim.
     assert started == batch_size
 
 
-def test_a_batch_deadline_must_come_after_its_start():
-    with pytest.raises(ValueError, match="a batch deadline must come after its start"):
-        BatchClock(T0, T0)
-    with pytest.raises(ValueError, match="must be a timezone-aware datetime"):
-        BatchClock(NAIVE, T0)
-    clock = BatchClock.start(T0, 300 * S)
-    assert (clock.started_at, clock.deadline) == (T0, T0 + 300 * S)
+def test_a_batch_clock_holds_its_two_deadlines():
+    clock = BatchClock.start(M0, batch_timeout=300 * S, lease=360 * S)
+    assert (clock.claimed_at, clock.batch_deadline, clock.lease_deadline) == (
+        M0,
+        M0 + 300,
+        M0 + 360,
+    )
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        clock.deadline = T0  # type: ignore[misc]
+        clock.batch_deadline = M0  # type: ignore[misc]
 
 
-# -- row and exchange deadlines ----------------------------------------------------------------
+# -- the leadership gate -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trusted_until", "admitted"),
+    [
+        (M0 + 60, True),  # the row ends exactly when the term does
+        (M0 + 59.999, False),  # a row that would outlive the term: another leader may act then
+        (math.inf, True),  # a lane without a leader lease
+        (-math.inf, False),  # no term at all
+    ],
+)
+def test_a_leader_starts_a_row_only_if_it_ends_inside_its_term(trusted_until, admitted):
+    got = leader_admits_row(now=M0, trusted_until=trusted_until, per_row=60.0)
+    assert got is admitted
+
+
+# -- row and step deadlines ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("lease_end", "expected"),
     [
-        (T0 + 360 * S, T0 + 60 * S),  # a fresh lease: the row budget ends first
-        (T0 + 20 * S, T0 + 20 * S),  # a lease about to end: the worker stops at its own lease
-        (T0 + 60 * S, T0 + 60 * S),
+        (M0 + 360, M0 + 55),  # a fresh lease: the row's send budget ends first
+        (M0 + 20, M0 + 20),  # a lease about to end: the worker stops at its own lease
+        (M0 + 55, M0 + 55),
     ],
 )
 def test_a_row_never_runs_past_its_budget_or_its_lease(lease_end, expected):
-    got = row_deadline(row_started=T0, per_row=60 * S, lease_expires_at=lease_end)
-    assert got == expected
+    assert row_deadline(row_started=M0, per_row=55.0, lease_deadline=lease_end) == expected
+    clock = BatchClock(M0, M0 + 300, lease_end)
+    assert clock.row_deadline(M0, 55.0) == expected
 
 
-@given(start=instants, per_row=durations, lease_offset=signed)
+@given(start=moments, per_row=spans, lease_offset=signed_spans)
 def test_the_row_deadline_is_the_earlier_bound(start, per_row, lease_offset):
     lease_end = start + lease_offset
-    got = row_deadline(row_started=start, per_row=per_row, lease_expires_at=lease_end)
+    got = row_deadline(row_started=start, per_row=per_row, lease_deadline=lease_end)
     assert got <= start + per_row
     assert got <= lease_end
     assert got in {start + per_row, lease_end}
@@ -193,15 +220,15 @@ def test_the_row_deadline_is_the_earlier_bound(start, per_row, lease_offset):
 @pytest.mark.parametrize(
     ("row_end", "cap", "expected"),
     [
-        (T0 + 50 * S, None, T0 + 30 * S),  # the record's 30 s exchange budget
-        (T0 + 12 * S, None, T0 + 12 * S),  # less time left in the row than the exchange budget
-        (T0 + 50 * S, 45 * S, T0 + 45 * S),  # a configured exchange budget
-        (T0 + 50 * S, 90 * S, T0 + 50 * S),
+        (M0 + 50, 30.0, M0 + 30),  # the default 30 s exchange budget
+        (M0 + 12, 30.0, M0 + 12),  # less time left in the row than the exchange budget
+        (M0 + 50, 45.0, M0 + 45),  # a configured budget
+        (M0 + 50, 90.0, M0 + 50),
+        (M0 - 1, 10.0, M0 - 1),  # the row's time is up: the step's deadline has passed already
     ],
 )
-def test_the_exchange_deadline_is_its_budget_or_the_time_left(row_end, cap, expected):
-    kwargs = {} if cap is None else {"cap": cap}
-    assert exchange_deadline(now=T0, row_deadline=row_end, **kwargs) == expected
+def test_a_step_deadline_is_its_budget_or_the_time_left(row_end, cap, expected):
+    assert exchange_deadline(now=M0, row_deadline=row_end, cap=cap) == expected
 
 
 # -- the fence ---------------------------------------------------------------------------------

@@ -14,16 +14,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from outbox_adapters.clock import FakeClock
+from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.memory import MemoryLeaderLease, MemoryStore, RecordingHandler
+from outbox_adapters.runtime import Worker
 from outbox_adapters.wakeup import LaneWakeup, Wakeup, WakeupHub
-from outbox_adapters.worker import LaneConfig, Worker
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import ClaimRequest, LeaderTerm
 
 T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 #: Long enough that a test which passes cannot have been served by the poll.
-SLOW_POLL = LaneConfig(poll_interval=30.0)
+SLOW_POLL = email_lane(poll_interval=30.0)
 
 
 class Notifying(RecordingHandler):
@@ -143,7 +144,7 @@ async def test_a_follower_polls_for_leadership_and_ignores_wakeups() -> None:
     worker = Worker(
         MemoryStore(clock=clock),
         RecordingHandler(),
-        LaneConfig(poll_interval=0.05),
+        email_lane(poll_interval=0.05),
         clock=clock,
         leader=lease,
         holder="me",
@@ -158,7 +159,7 @@ async def test_a_follower_polls_for_leadership_and_ignores_wakeups() -> None:
 
 async def test_a_broken_wakeup_degrades_to_polling() -> None:
     store = MemoryStore(clock=FakeClock(T0))
-    worker = Worker(store, RecordingHandler(), LaneConfig(poll_interval=0.05), wakeup=Broken())
+    worker = Worker(store, RecordingHandler(), email_lane(poll_interval=0.05), wakeup=Broken())
     running = asyncio.create_task(worker.run())
     await asyncio.sleep(0.3)
     worker.request_stop()

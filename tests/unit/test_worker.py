@@ -8,11 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from outbox_adapters.clock import FakeClock
+from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.memory import MemoryLeaderLease, MemoryStore, RecordingHandler
-from outbox_adapters.worker import LaneConfig, Worker
-from outbox_core.backoff import SlotSchedule
+from outbox_adapters.runtime import Worker
+from outbox_core.backoff import RetryPause, SlotSchedule
 from outbox_core.delivery import Status
-from outbox_core.errors import ConfigurationError, InvalidPayload
+from outbox_core.errors import ConfigurationError, InvalidPayload, StoreUnavailable
 from outbox_core.messages import ClaimedRow, ClaimToken, NewMessage
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import ClaimRequest
@@ -33,7 +34,7 @@ def setup(count: int, **config: object) -> tuple[MemoryStore, FakeClock, list[in
 
 def worker_for(store: MemoryStore, handler: object, clock: FakeClock, **config: object) -> Worker:
     config.setdefault("poll_interval", 0.01)
-    return Worker(store, handler, LaneConfig(**config), clock=clock, jitter=lambda: 0.5)  # type: ignore[arg-type]
+    return Worker(store, handler, email_lane(**config), clock=clock, jitter=lambda: 0.5)  # type: ignore[arg-type]
 
 
 async def test_drain_sends_every_row_once_and_scrubs_it() -> None:
@@ -178,16 +179,16 @@ async def test_a_stale_mark_in_a_group_is_dropped_and_the_others_apply() -> None
 
 def test_grouped_marks_need_more_than_one_row_in_flight() -> None:
     with pytest.raises(ConfigurationError, match="group_marks needs rows_in_flight of 2 or more"):
-        LaneConfig(group_marks=True)
+        email_lane(group_marks=True)
     with pytest.raises(ConfigurationError, match="group_marks must be True or False"):
-        LaneConfig(timing=EmailTiming(batch_size=4), rows_in_flight=2, group_marks=1)  # type: ignore[arg-type]
+        email_lane(timing=EmailTiming(batch_size=4), rows_in_flight=2, group_marks=1)  # type: ignore[arg-type]
 
 
 def test_rows_in_flight_is_bounded_by_the_batch() -> None:
     with pytest.raises(ConfigurationError, match="rows_in_flight must be between 1 and the batch"):
-        LaneConfig(timing=EmailTiming(batch_size=5), rows_in_flight=6)
+        email_lane(timing=EmailTiming(batch_size=5), rows_in_flight=6)
     with pytest.raises(ConfigurationError):
-        LaneConfig(rows_in_flight=0)
+        email_lane(rows_in_flight=0)
 
 
 async def test_only_the_leader_claims() -> None:
@@ -197,7 +198,7 @@ async def test_only_the_leader_claims() -> None:
     assert other is not None
     handler = RecordingHandler()
     worker = Worker(
-        store, handler, LaneConfig(poll_interval=0.01), clock=clock, leader=lease, holder="me"
+        store, handler, email_lane(poll_interval=0.01), clock=clock, leader=lease, holder="me"
     )
 
     async def stop_soon() -> None:
@@ -209,7 +210,7 @@ async def test_only_the_leader_claims() -> None:
 
     clock.advance(timedelta(seconds=31))  # the other leader's lease runs out
     successor = Worker(
-        store, handler, LaneConfig(poll_interval=0.01), clock=clock, leader=lease, holder="me"
+        store, handler, email_lane(poll_interval=0.01), clock=clock, leader=lease, holder="me"
     )
     stats = await asyncio.wait_for(successor.run(drain=True), timeout=5)
     assert stats.dispatched == 3
@@ -228,7 +229,7 @@ class FlakyClaims(MemoryStore):
         if self.failures:
             self.failures -= 1
             message = "connection refused"
-            raise OSError(message)
+            raise StoreUnavailable(message)
         return await super().claim_due(request)
 
 
@@ -237,7 +238,8 @@ async def test_a_database_outage_does_not_end_the_worker() -> None:
     store = FlakyClaims(clock, failures=2)
     store.enqueue(NewMessage("email", {"n": 1}))
     handler = RecordingHandler()
-    config = LaneConfig(poll_interval=0.001)
+    pause = RetryPause(base=timedelta(milliseconds=1), cap=timedelta(milliseconds=2))
+    config = email_lane(poll_interval=0.001, claim_retry=pause)
     stats = await asyncio.wait_for(Worker(store, handler, config, clock=clock).run(drain=True), 5)
     assert store.failures == 0
     assert stats.dispatched == 1  # it kept trying and delivered once the database came back
@@ -248,7 +250,7 @@ async def test_drain_ends_when_another_replica_leads_the_lane() -> None:
     lease = MemoryLeaderLease(clock=clock)
     assert await lease.try_acquire("email", "other", ttl=timedelta(seconds=30)) is not None
     handler = RecordingHandler()
-    worker = Worker(store, handler, LaneConfig(), clock=clock, leader=lease, holder="me")
+    worker = Worker(store, handler, email_lane(), clock=clock, leader=lease, holder="me")
     await asyncio.wait_for(worker.run(drain=True), timeout=5)
     assert handler.calls == []
 
@@ -344,12 +346,12 @@ def test_a_lane_config_that_cannot_work_is_refused_naming_the_setting(
     settings: dict[str, object], words: str
 ) -> None:
     with pytest.raises(ConfigurationError) as refused:
-        LaneConfig(**settings)  # type: ignore[arg-type]
+        email_lane(**settings)  # type: ignore[arg-type]
     assert words in str(refused.value)
 
 
 def test_a_lane_config_accepts_the_edges() -> None:
-    config = LaneConfig(
+    config = email_lane(
         lane="billing.v2_eu-1",
         poll_interval=1,
         retry_after_cap=timedelta(0),

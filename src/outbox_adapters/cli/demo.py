@@ -32,7 +32,7 @@ def demo_command(rows: int, database_url: str | None) -> None:
     It deliberately ignores OUTBOX_DATABASE_URL: a demo must not write to your real outbox.
     """
     try:
-        from outbox_adapters.demo import run_demo  # noqa: PLC0415 - the embedded extra
+        from outbox_adapters.demo.run import run_demo  # noqa: PLC0415 - the embedded extra
     except ImportError as exc:
         raise Failure(
             f"the demo needs the demo extra ({exc.name} is missing):"

@@ -17,7 +17,7 @@ from outbox_adapters.cli.options import (
     option,
     setting_error,
 )
-from outbox_adapters.email import EMAIL_LANE, email_message
+from outbox_adapters.lanes.email import EMAIL_LANE, email_message
 from outbox_adapters.postgres import enqueue
 from outbox_core.errors import InvalidMessage
 from outbox_core.payload import RESERVED_KEYS

@@ -33,7 +33,7 @@ from outbox_adapters.cli.options import (
     setting_error,
 )
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.email import EMAIL_LANE, EmailHandler
+from outbox_adapters.lanes.email import EMAIL_LANE, EmailHandler, email_lane
 from outbox_adapters.postgres import (
     WAKEUP_CHANNEL,
     PostgresLeaderLease,
@@ -41,8 +41,8 @@ from outbox_adapters.postgres import (
     WakeupListener,
     schema,
 )
+from outbox_adapters.runtime import LaneConfig, Worker, WorkerStats
 from outbox_adapters.wakeup import Wakeup
-from outbox_adapters.worker import LaneConfig, Worker, WorkerStats
 from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.mail import validate_address
 from outbox_core.ports import Encryptor
@@ -104,7 +104,7 @@ def _lane_config(
 ) -> LaneConfig:
     # poll_interval is already checked by click: each step below can refuse only its own option.
     try:
-        config = LaneConfig(
+        config = email_lane(
             lane=lane, timing=timing, poll_interval=poll_interval, rows_in_flight=rows_in_flight
         )
     except ConfigurationError as exc:

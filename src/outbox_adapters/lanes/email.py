@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from outbox_adapters.runtime import LaneConfig
+from outbox_core.backoff import EMAIL_BACKOFF
 from outbox_core.errors import InvalidMessage, InvalidPayload, InvalidRecipient
 from outbox_core.mail import build_message
 from outbox_core.messages import ClaimedRow, NewMessage
@@ -27,11 +29,24 @@ from outbox_core.outcomes import Outcome
 from outbox_core.payload import RESERVED_KEYS, EmailPayload, decode_payload, validate_payload
 from outbox_core.ports import Clock, Encryptor, Mailer
 from outbox_core.sealing import SealingRules, open_sealed
+from outbox_core.timing import DEFAULT_EMAIL_TIMING
 
-__all__ = ["EMAIL_LANE", "EmailHandler", "email_message"]
+__all__ = ["EMAIL_LANE", "EmailHandler", "email_lane", "email_message"]
 
 #: The lane e-mail rows are written to unless the host picks another.
 EMAIL_LANE = "email"
+
+
+def email_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's own keywords
+    """The e-mail lane's :class:`~outbox_adapters.runtime.LaneConfig`: lane ``email``, the e-mail
+    timing (per-row 60 s, batch 5) and backoff (15 slots over ~72 h), unless ``settings`` say
+    otherwise; any other :class:`LaneConfig` keyword passes through."""
+    stated: dict[str, Any] = {
+        "lane": EMAIL_LANE,
+        "timing": DEFAULT_EMAIL_TIMING,
+        "backoff": EMAIL_BACKOFF,
+    }
+    return LaneConfig(**{**stated, **settings})
 
 
 def email_message(  # noqa: PLR0913 - keyword-only, one argument per message part

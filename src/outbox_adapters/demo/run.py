@@ -4,13 +4,13 @@ What it does
 ------------
 1. Finds a PostgreSQL server (``find_postgres``: a URL given, else a container, else an embedded
    pgserver) and applies the schema.
-2. Starts a real SMTP server in-process (:class:`~outbox_adapters.smtp_sink.SmtpSink`, STARTTLS with
+2. Starts a real SMTP server in-process (:class:`~outbox_adapters.demo.sink.SmtpSink`, STARTTLS with
    a throwaway CA) that fails chosen recipients: ``bounce…`` with 550 (permanent), ``transient…``
    with 451 on every try, and ``flaky…`` with 451 the first time only (:class:`FlakySinkHandler`).
 3. Enqueues the rows in a few host transactions (psycopg, ``enqueue_async``), each carrying a
    ``password_reset_url`` with a canary token in it, on a lane of its own (``demo-<hex>``): a demo
    pointed at a real database never claims, sends or counts anybody else's rows.
-4. Runs the real :class:`~outbox_adapters.worker.Worker` (a few of them, racing on SKIP LOCKED) with
+4. Runs the real :class:`~outbox_adapters.runtime.Worker` (a few of them, racing on SKIP LOCKED) with
    the real :class:`~outbox_adapters.smtp.SmtpMailer` in strict STARTTLS, and a backoff shrunk to
    0.2 s / 0.5 s / 1 s so that retries, and the end of the schedule, happen while you watch.
 5. Stops when every row is terminal and prints what the database and the SMTP server saw, with the
@@ -38,12 +38,12 @@ import attrs
 import psycopg
 
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.demo.sink import SinkHandler, SmtpSink
+from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresStore, enqueue_async, schema
 from outbox_adapters.postgres.embedded import find_postgres
+from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_adapters.smtp_sink import SinkHandler, SmtpSink
-from outbox_adapters.worker import LaneConfig, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.timing import EmailTiming
 
@@ -355,7 +355,7 @@ async def _enqueue(
 
 
 def _lane_config(lane: str) -> LaneConfig:
-    return LaneConfig(
+    return email_lane(
         lane=lane,
         timing=EmailTiming.with_overrides(batch_size=BATCH_SIZE),
         backoff=DEMO_BACKOFF,

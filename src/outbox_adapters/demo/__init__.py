@@ -1,0 +1,1 @@
+"""The embedded demo (`outbox demo`) and its local SMTP sink: everything started in-process."""

@@ -1,0 +1,230 @@
+"""One claimed batch: gate each row, send it within its deadline, let the core decide, mark it.
+
+For each row, outside any transaction::
+
+    gate   ── start the row only if a whole per-row budget still fits in the batch
+              (outbox_core.lease.may_start_row) and, on a leader-gated lane, inside the term this
+              worker can prove (outbox_core.lease.leader_admits_row); otherwise give it back (due
+              again at once, attempt refunded)
+    send   ── the handler, until outbox_core.lease.row_deadline(start, per_row - mark, lease end):
+              a worker never sends after its own lease has ended (a sibling may own the row)
+    decide ── outbox_core.decide(row, outcome, now) → Mark (the adapter reported, the core decides)
+    mark   ── with its own budget, surviving the batch's cancellation (runtime.marking)
+
+Three ways to walk a batch: strict (one row at a time, in the worker's task), N rows in flight
+(a task per row, at most N at once), and grouped marks (a window of N rows sent together, then
+recorded by one statement before the next window starts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from outbox_adapters.runtime.config import LaneConfig
+from outbox_adapters.runtime.marking import Marker
+from outbox_adapters.runtime.report import BatchReport, count
+from outbox_core.decide import decide
+from outbox_core.errors import InvalidMessage, InvalidPayload
+from outbox_core.lease import BatchClock, leader_admits_row
+from outbox_core.messages import ClaimedRow, Mark
+from outbox_core.outcomes import Outcome
+from outbox_core.payload import decode_payload
+from outbox_core.ports import Clock, RowHandler
+
+__all__ = ["BatchRunner"]
+
+_log = logging.getLogger("outbox_adapters.runtime")
+
+
+class BatchRunner:
+    """Works the rows of one claimed batch; shared by every lane (only the handler differs)."""
+
+    def __init__(  # noqa: PLR0913 - keyword-only collaborators of one batch
+        self,
+        *,
+        handler: RowHandler,
+        config: LaneConfig,
+        clock: Clock,
+        marker: Marker,
+        jitter: Callable[[], float],
+        stopping: Callable[[], bool],
+        trusted_until: Callable[[], float],
+    ) -> None:
+        self.handler = handler
+        self.config = config
+        self.clock = clock
+        self.marker = marker
+        self._jitter = jitter
+        self._stopping = stopping
+        self._trusted_until = trusted_until
+        timing = config.timing
+        # The budgets as seconds, once (the config is frozen): the per-row path reads them.
+        self._per_row = timing.per_row.total_seconds()
+        self._send_budget = (timing.per_row - timing.mark_budget).total_seconds()
+
+    async def run(self, rows: Sequence[ClaimedRow], times: BatchClock, report: BatchReport) -> None:
+        """Work ``rows`` (claimed at ``times.claimed_at``) into ``report``."""
+        config = self.config
+        if config.rows_in_flight == 1:
+            # No cancel scope around the strict mode: the row-start gate and each row's own
+            # deadlines already end the batch in time, and a batch scope in this same task would,
+            # when a paused process wakes with both expired, take the cancellation from the row's
+            # deadline and leave the row with no outcome.
+            await self._in_order(rows, times, report)
+            return
+        work = self._in_windows if config.group_marks else self._in_flight
+        async with asyncio.timeout(config.timing.batch_timeout.total_seconds()):
+            await work(rows, times, report)
+
+    # --- the three walks -----------------------------------------------------------------------
+
+    async def _in_order(
+        self, rows: Sequence[ClaimedRow], times: BatchClock, report: BatchReport
+    ) -> None:
+        """The strict mode: one row at a time, in this task (no task or semaphore per row)."""
+        for index, row in enumerate(rows):
+            if not self._may_start(times, report):
+                await self._release_all(rows[index:], report)
+                return
+            await self._one(row, times, report)
+
+    async def _in_flight(
+        self, rows: Sequence[ClaimedRow], times: BatchClock, report: BatchReport
+    ) -> None:
+        slots = asyncio.Semaphore(self.config.rows_in_flight)
+        async with asyncio.TaskGroup() as group:
+            for index, row in enumerate(rows):
+                await slots.acquire()
+                if not self._may_start(times, report):
+                    slots.release()
+                    await self._release_all(rows[index:], report)
+                    return
+                group.create_task(self._in_slot(slots, row, times, report))
+
+    async def _in_windows(
+        self, rows: Sequence[ClaimedRow], times: BatchClock, report: BatchReport
+    ) -> None:
+        """The grouped-mark mode: send a window of rows at once, record it with one statement."""
+        size = self.config.rows_in_flight
+        for start in range(0, len(rows), size):
+            if not self._may_start(times, report):
+                await self._release_all(rows[start:], report)
+                return
+            window = rows[start : start + size]
+            outcomes = await asyncio.gather(*(self._send(row, times, report) for row in window))
+            marks = [
+                self._decide(row, outcome) for row, outcome in zip(window, outcomes, strict=True)
+            ]
+            results = await self.marker.surviving_group(marks)
+            for mark, result in zip(marks, results, strict=True):
+                count(mark, result, report)
+
+    # --- one row -------------------------------------------------------------------------------
+
+    def _may_start(self, times: BatchClock, report: BatchReport) -> bool:
+        """The row-start gates (and shutdown): the batch's, then the leadership's."""
+        if self._stopping():
+            return False
+        now = self.clock.monotonic()
+        if not times.may_start_row(now, self._per_row):
+            return False
+        if not leader_admits_row(
+            now=now, trusted_until=self._trusted_until(), per_row=self._per_row
+        ):
+            report.leadership_lost += 1
+            _log.warning(
+                "lane %s: leadership not proven for a whole row; giving the batch's rest back",
+                self.config.lane,
+            )
+            return False
+        return True
+
+    async def _release_all(self, rows: Sequence[ClaimedRow], report: BatchReport) -> None:
+        """Give back rows that will not be started: due again at once, attempt refunded."""
+        for row in rows:
+            if await self.marker.release(row):
+                report.released += 1
+
+    async def _in_slot(
+        self, slots: asyncio.Semaphore, row: ClaimedRow, times: BatchClock, report: BatchReport
+    ) -> None:
+        try:
+            await self._one(row, times, report)
+        finally:
+            slots.release()
+
+    async def _one(self, row: ClaimedRow, times: BatchClock, report: BatchReport) -> None:
+        outcome = await self._send(row, times, report)
+        mark = self._decide(row, outcome)
+        count(mark, await self.marker.surviving(mark), report)
+
+    async def _send(self, row: ClaimedRow, times: BatchClock, report: BatchReport) -> Outcome:
+        """The handler, within the row's send budget and never past the lease."""
+        started = self.clock.monotonic()
+        deadline = times.row_deadline(started, self._send_budget)
+        return await self._attempt(row, report, budget=max(0.0, deadline - started))
+
+    def _decide(self, row: ClaimedRow, outcome: Outcome) -> Mark:
+        config = self.config
+        mark = decide(
+            row,
+            outcome,
+            now=self.clock.now(),
+            backoff=config.backoff,
+            scrub=config.scrub,
+            jitter=self._jitter(),
+            retry_after_cap=config.retry_after_cap,
+        )
+        if _log.isEnabledFor(logging.INFO):
+            _log.info(
+                "row %s: %s",
+                row.id,
+                outcome.kind,
+                extra={
+                    "outbox_lane": row.lane,
+                    "outbox_row": row.id,
+                    "outbox_attempts": row.attempts,
+                    "outbox_outcome": str(outcome.kind),
+                    "outbox_reason": outcome.reason,
+                },
+            )
+        return mark
+
+    async def _attempt(self, row: ClaimedRow, report: BatchReport, *, budget: float) -> Outcome:
+        if isinstance(row.payload, str):
+            # The store could not decode the stored payload: no handler can send it, so it fails
+            # at once instead of crashing a handler (retried for days) or blocking the lane.
+            return Outcome.permanent(f"undeliverable: {_undecodable(row.payload)}")
+        if budget <= 0:
+            return Outcome.transient("no time left on the lease to start the send")
+        try:
+            async with asyncio.timeout(budget):
+                return await self.handler(row, budget=timedelta(seconds=budget))
+        except TimeoutError:
+            return Outcome.transient(
+                f"row budget of {budget:.1f}s ran out mid-send", maybe_delivered=True
+            )
+        except InvalidMessage as exc:
+            return Outcome.permanent(f"undeliverable: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a handler bug is this row's failure, not the batch's
+            report.handler_errors += 1
+            _log.warning(
+                "handler raised %s on row %s",
+                type(exc).__name__,
+                row.id,
+                extra={"outbox_lane": row.lane, "outbox_row": row.id},
+            )
+            return Outcome.transient(f"handler raised {type(exc).__name__}")
+
+
+def _undecodable(stored: str) -> str:
+    """Why the store could not decode ``stored`` (the payload rules say it without the values)."""
+    try:
+        decode_payload(stored)
+    except InvalidPayload as exc:
+        return str(exc)
+    # Decodable here though the store could not decode it (a store with other rules).
+    return "the stored payload could not be decoded by the store"
