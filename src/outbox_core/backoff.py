@@ -234,8 +234,10 @@ class RetryPause:
     def after(self, failures: int, *, jitter: float) -> timedelta:
         """The pause after ``failures`` failures in a row (>= 1); ``jitter`` in [0, 1]."""
         _check_attempts(failures)
-        # 2 ** 63 base-periods is far past any cap: stop doubling long before a float overflows.
-        grown = self.cap if failures > 63 else min(self.cap, self.base * 2 ** (failures - 1))
+        # In float seconds: base * 2 ** n outgrows a timedelta long before it outgrows a float,
+        # and it passed any cap long before that.
+        doubled = self.base.total_seconds() * 2.0 ** min(failures - 1, 1_000)
+        grown = timedelta(seconds=min(doubled, self.cap.total_seconds()))
         return jittered(grown, ratio=self.jitter_ratio, jitter=jitter)
 
 

@@ -88,12 +88,6 @@ def _finite(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a finite number of monotonic seconds, got {value!r}")
 
 
-def _positive_seconds(name: str, value: float) -> None:
-    _finite(name, value)
-    if value <= 0:
-        raise ValueError(f"{name} must be above 0 seconds, got {value!r}")
-
-
 # The gate and the deadlines below run once per row on the worker's hot path; they take monotonic
 # seconds (floats) as the worker reads them, and check their inputs only where a batch starts
 # (:meth:`BatchClock.start`), so the runtime applies exactly these functions and nothing beside them.

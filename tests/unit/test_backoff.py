@@ -6,16 +6,21 @@ from __future__ import annotations
 import itertools
 import math
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from outbox_core.backoff import (
+    CLAIM_RETRY,
     CONSUMER_BACKOFF,
     EMAIL_BACKOFF,
+    LISTEN_RETRY,
+    MARK_RETRY,
     Backoff,
     ExponentialBackoff,
+    RetryPause,
     SlotSchedule,
     check_jitter,
     jittered,
@@ -260,3 +265,63 @@ def test_refusals_are_whole_sentences(build: object, message: str) -> None:
 def test_a_cap_equal_to_base_is_allowed_and_every_wait_is_that_value() -> None:
     backoff = ExponentialBackoff(base=MINUTE, cap=MINUTE, jitter_ratio=0.0)
     assert [backoff.delay(n, jitter=0.5) for n in (1, 2, 3)] == [MINUTE, MINUTE, MINUTE]
+
+
+# -- the pause after an outage (a failed claim, mark write or LISTEN connection) -----------------
+
+
+def test_an_outage_pause_doubles_up_to_its_cap() -> None:
+    pause = RetryPause(base=timedelta(seconds=1), cap=timedelta(seconds=30), jitter_ratio=0.5)
+    waits = [pause.after(n, jitter=0.5) for n in (1, 2, 3, 5, 6, 7, 64, 10_000)]
+    assert [w.total_seconds() for w in waits] == [1, 2, 4, 16, 30, 30, 30, 30]
+
+
+@given(failures=st.integers(min_value=1, max_value=200), jitter=st.floats(0.0, 1.0))
+def test_an_outage_pause_is_spread_by_half_either_way(failures: int, jitter: float) -> None:
+    grown = min(30.0, 2.0 ** min(failures - 1, 63))
+    got = CLAIM_RETRY.after(failures, jitter=jitter).total_seconds()
+    assert grown * 0.5 - 1e-9 <= got <= grown * 1.5 + 1e-9
+
+
+def test_replicas_that_failed_together_come_back_apart() -> None:
+    # Two replicas' draws after the same outage: the pauses differ by the draw, not in lockstep.
+    assert CLAIM_RETRY.after(3, jitter=0.0) == timedelta(seconds=2)
+    assert CLAIM_RETRY.after(3, jitter=1.0) == timedelta(seconds=6)
+    assert MARK_RETRY.after(1, jitter=0.5) == timedelta(milliseconds=50)
+    assert LISTEN_RETRY.after(100, jitter=0.5) == timedelta(seconds=5)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"base": timedelta(0), "cap": timedelta(seconds=1)}, "RetryPause.base must be a positive"),
+        (
+            {"base": timedelta(seconds=2), "cap": timedelta(seconds=1)},
+            r"RetryPause.cap \(0:00:01\) must not be below base",
+        ),
+        (
+            {"base": timedelta(seconds=1), "cap": timedelta(seconds=1), "jitter_ratio": 0.0},
+            "jitter_ratio",
+        ),
+        (
+            {"base": timedelta(seconds=1), "cap": timedelta(seconds=1), "jitter_ratio": 1.5},
+            "jitter_ratio",
+        ),
+        (
+            {"base": timedelta(seconds=1), "cap": timedelta(seconds=1), "jitter_ratio": math.nan},
+            "jitter_ratio",
+        ),
+    ],
+)
+def test_an_outage_pause_that_cannot_work_is_refused(
+    settings: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        RetryPause(**settings)
+
+
+def test_an_outage_pause_counts_failures_from_one() -> None:
+    with pytest.raises(ValueError, match="got 0"):
+        CLAIM_RETRY.after(0, jitter=0.5)
+    with pytest.raises(ValueError, match="jitter must be a float in"):
+        CLAIM_RETRY.after(1, jitter=1.5)

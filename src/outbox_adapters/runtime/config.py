@@ -89,6 +89,8 @@ def _leader_ttl(inst: LaneConfig, attribute: object, value: timedelta) -> None:
 
 
 def _default_leader_ttl(inst: LaneConfig) -> timedelta:
+    # attrs makes every default before it runs a validator: check what this default reads first.
+    _timing(inst, None, inst.timing)
     # Twice a row: room for a row between renewals, and a failover of a couple of minutes at most.
     return 2 * inst.timing.per_row
 

@@ -62,7 +62,9 @@ class SmtpSettings:
         default=DEFAULT_MAX_SESSIONS, validator=whole_number("SMTP", 1, MAX_SESSIONS_LIMIT)
     )
     #: A session this old is QUIT instead of carrying another message.
-    session_max_age: timedelta = attrs.field(default=DEFAULT_SESSION_MAX_AGE, validator=duration("SMTP"))
+    session_max_age: timedelta = attrs.field(
+        default=DEFAULT_SESSION_MAX_AGE, validator=duration("SMTP")
+    )
     #: A session that carried this many transactions is QUIT and replaced.
     messages_per_session: int = attrs.field(
         default=DEFAULT_MESSAGES_PER_SESSION, validator=whole_number("SMTP", 1)
