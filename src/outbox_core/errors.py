@@ -79,8 +79,16 @@ class StaleMark(OutboxError):
     """A mark refused by the fence: the row is no longer pending under the caller's claim token.
 
     The work was done, but another holder owns the row's outcome now (its lease expired and a sibling
-    re-claimed it, or the row was already resolved). The mark is dropped, never applied.
+    re-claimed it, or the row was already resolved). The mark is dropped, never applied. The store
+    answers ``MarkResult.STALE``; the runtime reports it once, as this error's message, and counts it.
     """
+
+    def __init__(self, row_id: object, status: object) -> None:
+        self.row_id = row_id
+        self.status = status
+        super().__init__(
+            f"stale mark dropped for row {row_id} ({status!s}): another claim owns it"
+        )
 
 
 class StaleDeliveryMark(StaleMark):

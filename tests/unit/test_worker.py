@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -358,3 +359,24 @@ def test_a_lane_config_accepts_the_edges() -> None:
         leader_ttl=timedelta(1),
     )
     assert (config.poll_interval, config.retry_after_cap) == (1, timedelta(0))
+
+
+async def test_a_stale_mark_is_logged_once_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    store, clock, [row_id] = setup(1)
+
+    async def send(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        # Meanwhile a sibling re-claimed the row (its lease ran out): this claim's mark is stale.
+        await store.release(row.id, row.token)
+        await store.claim_due(
+            ClaimRequest("email", 1, timedelta(minutes=5), ClaimToken("f" * 32), now=T0)
+        )
+        return Outcome.sent()
+
+    with caplog.at_level(logging.DEBUG):
+        report = await worker_for(store, send, clock).run_once()
+
+    assert report.stale_marks == 1
+    stale = [r for r in caplog.records if "stale mark" in r.getMessage()]
+    assert [r.getMessage() for r in stale] == [
+        f"stale mark dropped for row {row_id} (dispatched): another claim owns it"
+    ]

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from outbox_core.backoff import MARK_RETRY
-from outbox_core.errors import StoreUnavailable
+from outbox_core.errors import StaleMark, StoreUnavailable
 from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.ports import MarkResult, OutboxStore
 
@@ -166,9 +166,5 @@ def _row_ids(marks: Mark | Sequence[Mark]) -> object:
 
 
 def _stale(mark: Mark) -> None:
-    _log.warning(
-        "stale mark dropped for row %s (%s): another claim owns it",
-        mark.row_id,
-        mark.status,
-        extra={"outbox_row": mark.row_id},
-    )
+    # Logged once, here (the stores don't), and counted by the caller.
+    _log.warning("%s", StaleMark(mark.row_id, mark.status), extra={"outbox_row": mark.row_id})
