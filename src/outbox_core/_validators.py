@@ -16,7 +16,15 @@ from typing import Any
 
 from outbox_core.errors import ConfigurationError
 
-__all__ = ["aware", "duration", "optional_aware", "positive", "seconds", "whole_number"]
+__all__ = [
+    "aware",
+    "duration",
+    "key_names",
+    "optional_aware",
+    "positive",
+    "seconds",
+    "whole_number",
+]
 
 _Validator = Callable[[object, Any, Any], None]
 
@@ -77,5 +85,27 @@ def seconds(owner: str) -> _Validator:
                 f"{_name(owner, attribute)} must be a finite number of seconds above 0,"
                 f" got {value!r}"
             )
+
+    return check
+
+
+def key_names(owner: str) -> _Validator:
+    """A ``frozenset`` of non-empty payload key names.
+
+    A plain set or list would make the rules that hold it mutable (and unhashable); a ``str`` would
+    be taken for a set of one-letter keys. Both are refused rather than converted.
+    """
+
+    def check(_inst: object, attribute: Any, value: Any) -> None:  # noqa: ANN401
+        name = _name(owner, attribute)
+        if not isinstance(value, frozenset):
+            raise ConfigurationError(
+                f"{name} must be a frozenset of key names, got {type(value).__name__} {value!r}"
+            )
+        for key in sorted(value, key=repr):
+            if not isinstance(key, str) or not key:
+                raise ConfigurationError(
+                    f"{name} must hold non-empty strings (payload key names), got {key!r}"
+                )
 
     return check

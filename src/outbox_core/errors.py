@@ -86,9 +86,7 @@ class StaleMark(OutboxError):
     def __init__(self, row_id: object, status: object) -> None:
         self.row_id = row_id
         self.status = status
-        super().__init__(
-            f"stale mark dropped for row {row_id} ({status!s}): another claim owns it"
-        )
+        super().__init__(f"stale mark dropped for row {row_id} ({status!s}): another claim owns it")
 
 
 class StaleDeliveryMark(StaleMark):

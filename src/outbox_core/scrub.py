@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from outbox_core.errors import ConfigurationError
+from outbox_core._validators import key_names
 
 if TYPE_CHECKING:
     from outbox_core.messages import JSONObject
@@ -43,27 +43,14 @@ DEFAULT_SECRET_KEYS: Final = frozenset(
 REDACTED: Final = "[scrubbed]"
 
 
-def _secret_keys(_inst: object, _attribute: object, value: frozenset[str]) -> None:
-    # A plain set or list would make the rules mutable (and unhashable); a str would be taken
-    # for a set of one-letter keys. Both are refused rather than converted.
-    if not isinstance(value, frozenset):
-        raise ConfigurationError(
-            f"ScrubRules.keys must be a frozenset of key names, got {type(value).__name__} "
-            f"{value!r}"
-        )
-    for key in sorted(value, key=repr):
-        if not isinstance(key, str) or not key:
-            raise ConfigurationError(
-                f"ScrubRules.keys must hold non-empty strings (payload key names), got {key!r}"
-            )
-
-
 @attrs.frozen
 class ScrubRules:
     """The secret-bearing payload keys of one lane, and what scrubbing them means."""
 
     #: Top-level payload keys removed when a row is marked dispatched or skipped. Empty: none.
-    keys: frozenset[str] = attrs.field(default=DEFAULT_SECRET_KEYS, validator=_secret_keys)
+    keys: frozenset[str] = attrs.field(
+        default=DEFAULT_SECRET_KEYS, validator=key_names("ScrubRules.")
+    )
 
     def scrub(self, payload: JSONObject) -> dict[str, Any]:
         """A copy of ``payload`` without the secret keys; every other key keeps its value object

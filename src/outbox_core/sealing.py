@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from outbox_core.errors import ConfigurationError, InvalidPayload
+from outbox_core._validators import key_names
+from outbox_core.errors import InvalidPayload
 from outbox_core.scrub import DEFAULT_SECRET_KEYS
 
 if TYPE_CHECKING:
@@ -215,27 +216,15 @@ def open_sealed(payload: JSONObject, *, lane: str, encryptor: Encryptor | None) 
     }
 
 
-def _field_names(_inst: object, _attribute: object, value: frozenset[str]) -> None:
-    # As ScrubRules.keys: a set or list would make the rules mutable, a str a set of letters.
-    if not isinstance(value, frozenset):
-        raise ConfigurationError(
-            f"SealingRules.fields must be a frozenset of key names, got {type(value).__name__}"
-            f" {value!r}"
-        )
-    for name in sorted(value, key=repr):
-        if not isinstance(name, str) or not name:
-            raise ConfigurationError(
-                f"SealingRules.fields must hold non-empty strings (payload key names), got {name!r}"
-            )
-
-
 @attrs.frozen
 class SealingRules:
     """Which top-level payload fields a producer seals. By default the scrubbed ones."""
 
     #: The fields to seal when present. Keep them within the lane's scrub keys, so what is sealed
     #: while unsent is also removed once sent.
-    fields: frozenset[str] = attrs.field(default=DEFAULT_SECRET_KEYS, validator=_field_names)
+    fields: frozenset[str] = attrs.field(
+        default=DEFAULT_SECRET_KEYS, validator=key_names("SealingRules.")
+    )
 
     def seal(self, payload: JSONObject, *, lane: str, encryptor: Encryptor) -> dict[str, Any]:
         """A copy of ``payload`` with each configured field that is present sealed under the
