@@ -32,6 +32,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from outbox_adapters.postgres import statements
+from outbox_adapters.postgres.errors import mapped_outages
 from outbox_core.ports import LeaderTerm
 
 __all__ = ["PostgresLeaderLease"]
@@ -41,7 +42,8 @@ class PostgresLeaderLease:
     """:class:`outbox_core.ports.LeaderLease` on the ``outbox_leader`` table.
 
     Statements run one at a time on a pooled connection, each its own transaction (autocommit or an
-    explicit one), so the lease works behind transaction-pooling PgBouncer too.
+    explicit one), so the lease works behind transaction-pooling PgBouncer too. An outage raises
+    :class:`~outbox_core.errors.StoreUnavailable` (mapped in :mod:`.errors`, as for the store).
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class PostgresLeaderLease:
         self._pool = pool
         self._monotonic = monotonic
 
+    @mapped_outages
     async def try_acquire(
         self, lane: str, holder: str, *, ttl: timedelta, now: datetime | None = None
     ) -> LeaderTerm | None:
@@ -80,6 +83,7 @@ class PostgresLeaderLease:
             lane=lane, holder=holder, term=int(row[0]), trusted_until=started + ttl.total_seconds()
         )
 
+    @mapped_outages
     async def release(self, term: LeaderTerm, *, now: datetime | None = None) -> None:
         """Expire the lease at once if it is still ``term``; a lost lease is left alone."""
         params = {"lane": term.lane, "holder": term.holder, "term": term.term, "now": now}
