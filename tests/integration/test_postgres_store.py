@@ -576,6 +576,9 @@ async def test_a_lost_connection_is_store_unavailable_with_the_cause_chained_and
     with pytest.raises(StoreUnavailable, match="during mark_if_pending") as raised:
         await store.mark_if_pending(Mark.failed(row, f"550 {canary}"))
     assert isinstance(raised.value.__cause__, psycopg.OperationalError)
+    # Also the driver's type, so code still catching psycopg.OperationalError keeps working while
+    # it moves to StoreUnavailable (the worker's mark retry, until the runtime catches it).
+    assert isinstance(raised.value, psycopg.OperationalError)
     assert canary not in str(raised.value)
     assert row.token.value not in str(raised.value)
     # The pool discards dead connections as they come back: a retry of the same mark lands (the

@@ -11,6 +11,7 @@ module                 holds
 :mod:`.leader`         :class:`MemoryLeaderLease`, the per-lane leader lease
 :mod:`.recording`      :class:`RecordingMailer` and :class:`RecordingHandler`, peers that record
                        every call and return scripted outcomes
+:mod:`.operator`       the store's operator side (get, failed, stats, payload rewrite)
 :mod:`.rows`           the stored row and the pure rules applied to it (scrub, requeue filter)
 :mod:`.stamps`         the time a write is stamped with (the caller's ``now`` or the clock's)
 =====================  ==========================================================================

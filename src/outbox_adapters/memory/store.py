@@ -6,15 +6,19 @@ Each operation does what the PostgreSQL statement of the same name does, and the
 (``tests/contract``) runs the same cases against both:
 
 - ``enqueue`` refuses the payloads PostgreSQL's enqueue refuses (the one rule,
-  :func:`outbox_adapters.records.payload_json`), stores what JSON keeps, and honours the per-lane
+  :func:`outbox_adapters.store_rules.payload_json`), stores what JSON keeps, and honours the per-lane
   idempotency key;
 - ``claim_due`` takes the due rows of a lane in (due time, id) order, counts the attempt, stamps the
   lease and the token, and decodes each payload by the core's rule
   (:func:`~outbox_core.payload.decode_payload`): a row that can't be decoded comes back with its
   stored text instead of failing the claim; ``mark_if_pending`` and ``release`` are fenced
-  compare-and-sets with :func:`outbox_core.lease.fence_admits`, the scrub in the same step;
+  compare-and-sets with :func:`outbox_core.lease.fence_admits`, the scrub in the same step; a retry
+  is due ``its delay`` after the mark by this store's clock (PostgreSQL: ``now() + delay``); a
+  stale mark is counted for its row's lane (``lane_stats``) and not logged;
   ``requeue_failed`` judges each row with :func:`outbox_core.delivery.check_requeue` and writes an
-  audit record.
+  audit record. The operator's reads live in :mod:`.operator`.
+- ``available = False`` simulates an outage: every operation raises
+  :class:`~outbox_core.errors.StoreUnavailable` and touches nothing.
 
 Payloads are kept as JSON text, as PostgreSQL keeps them, so :meth:`MemoryStore.insert_raw` can
 hold what a producer that goes around enqueue writes (a JSON string or number, nesting Python
@@ -43,12 +47,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from outbox_adapters.clock import SystemClock
+from outbox_adapters.memory.operator import MemoryOperatorReads
 from outbox_adapters.memory.rows import (
     NotJsonError,
     Row,
     decoded,
-    error_group,
-    failed_order,
     matches,
     not_json,
     scrubbed,
@@ -56,7 +59,6 @@ from outbox_adapters.memory.rows import (
 from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.store_rules import (
     NO_SUCH_ROW,
-    check_batch_size,
     check_distinct_rows,
     coerce_row_id,
     count_mark,
@@ -66,15 +68,11 @@ from outbox_adapters.store_rules import (
 )
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.delivery import Status, check_requeue
-from outbox_core.errors import RequeueRefused, StoreUnavailable
+from outbox_core.errors import RequeueRefused
 from outbox_core.lease import fence_admits, lease_expires_at
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId, check_lane_name
 from outbox_core.operator import (
     AuditEntry,
-    FailedReport,
-    LaneStats,
-    PayloadRewrites,
-    StoredRow,
     StoreStats,
 )
 from outbox_core.ports import (
@@ -82,7 +80,6 @@ from outbox_core.ports import (
     Clock,
     EnqueueResult,
     MarkResult,
-    PayloadRewrite,
     RequeueRequest,
     RequeueResult,
 )
@@ -92,7 +89,7 @@ __all__ = ["MemoryStore"]
 _log = logging.getLogger(__name__)
 
 
-class MemoryStore:
+class MemoryStore(MemoryOperatorReads):
     """:class:`outbox_core.ports.OutboxStore` in memory, with PostgresStore's semantics.
 
     ``clock`` supplies the time wherever PostgreSQL would use its own ``now()`` (a
@@ -302,101 +299,7 @@ class MemoryStore:
         log_requeued(_log, requeued, request.actor)
         return RequeueResult(requeued=tuple(requeued), refused=refused)
 
-    # --- operator reads ---------------------------------------------------------------------------
-
-    async def get(self, row_id: RowId) -> StoredRow | None:
-        """One row, or ``None``. The payload is raw: redact before showing it."""
-        await asyncio.sleep(0)
-        self._check_available("get")
-        with self._lock:
-            row = self._rows.get(coerce_row_id(row_id))
-            return None if row is None else row.snapshot()
-
-    async def list_failed(self, lane: str | None = None, limit: int = 100) -> FailedReport:
-        """The ``limit`` newest failed rows, and all failed rows grouped by error."""
-        await asyncio.sleep(0)
-        self._check_available("list_failed")
-        with self._lock:
-            failed = [
-                row.snapshot()
-                for row in self._by_id()
-                if row.status is Status.FAILED and (lane is None or row.lane == lane)
-            ]
-        # PostgreSQL: ORDER BY resolved_at DESC, id DESC (a NULL would sort first).
-        newest = sorted(failed, key=failed_order, reverse=True)
-        groups: dict[str | None, list[StoredRow]] = {}
-        for row in failed:
-            groups.setdefault(row.last_error, []).append(row)
-        by_error = [error_group(error, rows) for error, rows in groups.items()]
-        # PostgreSQL: ORDER BY count(*) DESC, last_error (a NULL sorts last).
-        by_error.sort(key=lambda g: (-g.rows, g.error is None, g.error or ""))
-        return FailedReport(rows=tuple(newest[:limit]), by_error=tuple(by_error))
-
-    async def counts(self) -> dict[str, dict[Status, int]]:
-        """Rows per lane and status, e.g. ``{"email": {Status.PENDING: 3, ...}}``."""
-        await asyncio.sleep(0)
-        self._check_available("counts")
-        result: dict[str, dict[Status, int]] = {}
-        with self._lock:
-            for row in self._by_id():
-                lane = result.setdefault(row.lane, {})
-                lane[row.status] = lane.get(row.status, 0) + 1
-        return result
-
-    async def lane_stats(self) -> dict[str, LaneStats]:
-        """Per lane: rows per status and stale marks (a lane with only stale marks is listed)."""
-        self._check_available("lane_stats")
-        counts = await self.counts()
-        with self._lock:
-            stale = dict(self._stale)
-        return {
-            lane: LaneStats(rows=counts.get(lane, {}), stale_marks=stale.get(lane, 0))
-            for lane in sorted(counts.keys() | stale.keys())
-        }
-
-    async def rewrite_payloads(
-        self, rewrite: PayloadRewrite, *, lane: str | None = None, batch_size: int = 500
-    ) -> PayloadRewrites:
-        """PostgresStore.rewrite_payloads: every pending and failed row (of ``lane``) in id order,
-        ``batch_size`` at a time; ``rewrite`` returns the new payload or ``None``. A poison row
-        (its payload can't be decoded) is read and left alone."""
-        check_batch_size(batch_size)
-        await asyncio.sleep(0)
-        self._check_available("rewrite_payloads")
-        with self._lock:
-            unsent = [
-                row
-                for row in self._by_id()
-                if row.status in (Status.PENDING, Status.FAILED) and lane in (None, row.lane)
-            ]
-            rewritten: list[int] = []
-            for row in unsent:
-                payload = decoded(row.payload)
-                if isinstance(payload, str):
-                    continue
-                new = rewrite(row.id, row.lane, payload)
-                if new is not None:
-                    row.payload = payload_json(new)
-                    row.updated_at = self._clock.now()
-                    rewritten.append(row.id)
-        # Nothing changes between the read and the write here: one step under the lock.
-        return PayloadRewrites(
-            batches=-(-len(unsent) // batch_size),
-            examined=len(unsent),
-            rewritten=tuple(rewritten),
-            changed=(),
-        )
-
-    def rows(self, lane: str | None = None) -> list[StoredRow]:
-        """Every row (of ``lane``), oldest first: what a host's test asserts it enqueued."""
-        self._check_available("rows")
-        with self._lock:
-            return [row.snapshot() for row in self._by_id() if lane is None or row.lane == lane]
-
     # --- helpers ----------------------------------------------------------------------------------
-
-    def _by_id(self) -> list[Row]:
-        return [self._rows[i] for i in sorted(self._rows)]
 
     def _fenced_row(self, row_id: RowId, token: ClaimToken) -> Row | None:
         """The row, if the fence admits a write under ``token``; else ``None``."""
@@ -406,12 +309,6 @@ class MemoryStore:
         ):
             return None
         return row
-
-    def _check_available(self, doing: str) -> None:
-        if not self.available:
-            raise StoreUnavailable(
-                f"in-memory store unavailable during {doing} (MemoryStore.available is False)"
-            )
 
     def _requeue(self, row: Row, actor: str) -> None:
         now = self._clock.now()

@@ -25,13 +25,22 @@ import psycopg_pool
 
 from outbox_core.errors import StoreUnavailable
 
-__all__ = ["OUTAGES", "as_unavailable", "is_outage", "mapped_outages"]
+__all__ = ["OUTAGES", "PostgresUnavailable", "as_unavailable", "is_outage", "mapped_outages"]
 
 #: The psycopg errors that mean "the store is unavailable".
 OUTAGES: Final = (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class PostgresUnavailable(StoreUnavailable, psycopg.OperationalError):
+    """:class:`StoreUnavailable` as the PostgreSQL adapters raise it.
+
+    Also a ``psycopg.OperationalError``, so code written against the driver's error keeps working
+    while it moves to catching the core's type (the worker's mark retry, until the runtime catches
+    ``StoreUnavailable``). Catch :class:`StoreUnavailable`, not this.
+    """
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -52,7 +61,7 @@ def as_unavailable(exc: BaseException, doing: str) -> StoreUnavailable:
         # first line names the host or the wait, never a row.
         text = str(exc).strip()
         why = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
-    return StoreUnavailable(f"PostgreSQL store unavailable during {doing}: {why}")
+    return PostgresUnavailable(f"PostgreSQL store unavailable during {doing}: {why}")
 
 
 def mapped_outages(

@@ -1,4 +1,5 @@
-"""Every SQL statement the PostgreSQL store, enqueue and leader lease run, one name each.
+"""Every SQL statement the PostgreSQL store and enqueue run, one name each (the leader lease's two
+are in :mod:`.leader`).
 
 Parameters are psycopg's ``%(name)s``. ``now`` is optional everywhere: ``coalesce(%(now)s, now())``
 uses the database clock in production (one clock for every replica) and lets tests inject a time.
@@ -7,7 +8,7 @@ The statements on a queue table are *templates*, one per operation for every que
 stands for the table (quoted by :func:`render` with ``psycopg.sql.Identifier``) and
 ``{queue_name}`` for its name as a string literal (the key of its audit and stale-mark rows). Only a
 table built by :func:`outbox_adapters.postgres.tables.queue_table` is rendered, so no free text
-ever reaches a statement. The leader lease's statements name their one table directly.
+ever reaches a statement.
 
 The store reads these names *when it runs them* (``render(statements.CLAIM, table)``, cached per
 template text and table), never copies them at import: this module is the seam of the SQL mutation
@@ -34,8 +35,6 @@ __all__ = [
     "FAILED_BY_ERROR",
     "FAILED_ROWS",
     "GET_ROW",
-    "LEADER_ACQUIRE",
-    "LEADER_RELEASE",
     "LISTEN",
     "MARK",
     "MARK_MANY",
@@ -380,41 +379,4 @@ SELECT lane, status, count(*) AS rows
 FROM {queue}
 GROUP BY lane, status
 ORDER BY lane, status
-"""
-
-# --- leader lease --------------------------------------------------------------------------------
-
-#: Win or renew a lane's leadership in one statement (catalogue A2). The row is taken when it is
-#: ours and still live (renewal: same term, later expiry) or when it has expired (a new term, even
-#: for the same holder: it stopped trusting itself at expiry, so its old term ended). A live lease of
-#: another holder matches nothing and no row comes back. Expiry is in database time.
-LEADER_ACQUIRE = """
-INSERT INTO outbox_leader AS l (lane, holder, term, elected_at, expires_at)
-VALUES (
-    %(lane)s,
-    %(holder)s,
-    1,
-    coalesce(%(now)s::timestamptz, now()),
-    coalesce(%(now)s::timestamptz, now()) + %(ttl)s::interval
-)
-ON CONFLICT (lane) DO UPDATE
-SET term = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > EXCLUDED.elected_at
-                THEN l.term ELSE l.term + 1 END,
-    elected_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > EXCLUDED.elected_at
-                      THEN l.elected_at ELSE EXCLUDED.elected_at END,
-    holder = EXCLUDED.holder,
-    expires_at = EXCLUDED.expires_at
-WHERE l.holder = EXCLUDED.holder
-   OR l.expires_at <= EXCLUDED.elected_at
-RETURNING term
-"""
-
-#: Step down: expire the lease now, only if it is still this holder's term (compare-and-set).
-#: The row stays, so the next winner's term is one higher (terms never repeat in a lane).
-LEADER_RELEASE = """
-UPDATE outbox_leader
-SET expires_at = least(expires_at, coalesce(%(now)s::timestamptz, now()))
-WHERE lane = %(lane)s
-  AND holder = %(holder)s
-  AND term = %(term)s
 """

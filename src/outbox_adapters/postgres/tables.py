@@ -4,9 +4,12 @@ A host that manages its schema with Alembic adds :data:`metadata` to its ``targe
 is accepted) and lets autogenerate write the migration; a host without Alembic runs
 ``outbox schema apply`` (:mod:`outbox_adapters.postgres.schema`), which emits the same DDL.
 
-The names are fixed (``outbox_message``, ``outbox_requeue_audit``, ``outbox_leader``) and the tables
-live in the connection's current schema: the SQL in :mod:`.statements` names them unqualified, so a
-host that wants them elsewhere sets ``search_path`` on the outbox's connections.
+Every queue table (``outbox_message``, and the coming webhook-deliveries and event-outbox tables) is
+built by :func:`queue_table`, which defines the queue columns, their checks and partial indexes
+once; a table adds columns of its own. The shared tables have fixed names (``outbox_requeue_audit``,
+``outbox_stale_marks``, ``outbox_leader``) and live in the connection's current schema: the SQL in
+:mod:`.statements` names them unqualified, so a host that wants them elsewhere sets
+``search_path`` on the outbox's connections.
 
 Rows are kept after they are sent. A ``dispatched`` row is the delivery record (which message went
 out, when, after how many attempts), so the table only grows; every index the hot path uses is
@@ -107,9 +110,9 @@ QUEUE_COLUMNS: Final = (
     "scrubbed_at",
 )
 
-#: The names of the tables :func:`queue_table` built: the only tables a ``PostgresStore`` accepts
-#: (its statements name the table, so the name must be one the library made, never free text).
-_QUEUE_TABLES: Final[dict[int, str]] = {}
+#: The ``Table.info`` key :func:`queue_table` sets: the only tables a ``PostgresStore`` accepts
+#: (its statements name the table, so the table must be one the library made, never free text).
+_QUEUE_MARK: Final = "leased_outbox.queue_table"
 
 
 def _queue_columns() -> list[Column[Any]]:
@@ -199,7 +202,7 @@ def queue_table(
         unique=True,
         postgresql_where=c.idempotency_key.is_not(None),
     )
-    _QUEUE_TABLES[id(table)] = name
+    table.info[_QUEUE_MARK] = name
     return table
 
 
@@ -209,7 +212,7 @@ def check_queue_table(table: object) -> Table:
         raise ConfigurationError(
             f"a queue table is a sqlalchemy Table built by queue_table(), got {type(table).__name__}"
         )
-    if _QUEUE_TABLES.get(id(table)) != table.name:
+    if table.info.get(_QUEUE_MARK) != table.name:
         raise ConfigurationError(
             f"table {table.name!r} was not built by outbox_adapters.postgres.tables.queue_table(),"
             " so it may lack the queue columns the store's statements use"
