@@ -35,6 +35,7 @@ from bench.server import fresh_database
 from bench.settings import Sizes
 from bench.stats import Figure, percentile
 from outbox_adapters.postgres import statements
+from outbox_adapters.postgres.tables import outbox_message
 from outbox_core.scrub import DEFAULT_SECRET_KEYS
 
 __all__ = ["measure", "size_label"]
@@ -79,13 +80,18 @@ def _claim_params(token: str) -> dict[str, Any]:
     return {"lane": rows.LANE, "limit": CLAIM_BATCH, "lease": LEASE, "token": token, "now": None}
 
 
+#: The store's claim and mark, as it runs them on the e-mail outbox table.
+_CLAIM = statements.render(statements.CLAIM, outbox_message)
+_MARK = statements.render(statements.MARK, outbox_message)
+
+
 def _mark_params(row_id: int, token: str) -> dict[str, Any]:
     return {
         "id": row_id,
         "token": token,
         "status": "dispatched",
         "reason": None,
-        "next_attempt_at": None,
+        "retry_delay": None,
         "scrub_keys": sorted(DEFAULT_SECRET_KEYS),
         "now": None,
     }
@@ -101,7 +107,7 @@ def _plans(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     row = conn.execute(PREPARED_CLAIM_PLANS).fetchone()
     generic, custom = (int(row[0]), int(row[1])) if row else (0, 0)
     explained = conn.execute(
-        "EXPLAIN (SUMMARY) " + statements.CLAIM, _claim_params("explain"), prepare=False
+        "EXPLAIN (SUMMARY) " + _CLAIM, _claim_params("explain"), prepare=False
     ).fetchall()
     planning = next(
         (float(line.split(":")[1].split()[0]) for (line,) in explained if "Planning" in line),
@@ -118,12 +124,12 @@ def _timed_claims(dsn: str, claims: int) -> tuple[list[float], dict[str, Any]]:
         for _ in range(claims):
             token = secrets.token_hex(16)
             started = time.perf_counter()
-            claimed = conn.execute(statements.CLAIM, _claim_params(token)).fetchall()
+            claimed = conn.execute(_CLAIM, _claim_params(token)).fetchall()
             timings.append((time.perf_counter() - started) * 1000.0)
             if len(claimed) != CLAIM_BATCH:
                 raise RuntimeError(f"a history claim took {len(claimed)} rows, expected 10")
             for row in claimed:
-                conn.execute(statements.MARK, _mark_params(row[0], token))
+                conn.execute(_MARK, _mark_params(row[0], token))
         plans = _plans(conn)
     return timings, plans
 
@@ -143,7 +149,7 @@ def _load_churn(dsn: str, total: int, log: Callable[[str], None]) -> float:
             while True:
                 token = secrets.token_hex(16)
                 params = {**_claim_params(token), "limit": CHURN_CLAIM}
-                ids = [r[0] for r in conn.execute(statements.CLAIM, params).fetchall()]
+                ids = [r[0] for r in conn.execute(_CLAIM, params).fetchall()]
                 if not ids:
                     break
                 conn.execute(CHURN_MARK, {"ids": ids, "token": token, "scrub": scrub})

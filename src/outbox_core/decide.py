@@ -5,8 +5,13 @@ Theory of operation
 -------------------
 Adapters *report* an :class:`~outbox_core.outcomes.Outcome`; the core *decides* (h11's
 ``send_failed()`` split). :func:`decide` is the one place a send result becomes a
-:class:`~outbox_core.messages.Mark`, and it is a pure function: ``now``, the jitter draw, the
-schedule and the scrub rules are all arguments.
+:class:`~outbox_core.messages.Mark`, and it is a pure function: the jitter draw, the schedule
+and the scrub rules are all arguments.
+
+A retry mark carries its *delay* (``Mark.retry_delay``), not a due time: the store stamps
+``now() + delay`` in its own clock when it writes the mark (the database's on PostgreSQL), as it
+stamps the claim's lease, so every due time in a table comes from one clock and a worker whose wall
+clock is off can't schedule a retry early or late. decide() therefore needs no ``now``.
 
 A claimed row is ``pending`` by definition (a claim is the only way to hold one), so every decision
 is made from ``pending``. The outcome picks an *event*, and the state table in
@@ -19,7 +24,7 @@ outcome                     event     status        payload / timing
 sent                        succeed   dispatched    secret keys scrubbed
 skipped (nothing to send)   skip      skipped       secret keys scrubbed
 permanent                   fail      failed        kept whole; never retried
-transient                   retry     pending       kept whole; due at ``now + wait`` (below)
+transient                   retry     pending       kept whole; due ``wait`` (below) after the mark
 transient, schedule spent   fail      failed        kept whole; "retries exhausted after N ..."
 ==========================  ========  ============  ==============================================
 
@@ -41,7 +46,7 @@ function of configuration alone, which is what the security promise is stated in
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
@@ -80,7 +85,7 @@ class _Decision:
 
     event: Event
     reason: str | None = None
-    next_attempt_at: datetime | None = None
+    retry_delay: timedelta | None = None
     scrub_keys: frozenset[str] = frozenset()
 
 
@@ -88,7 +93,6 @@ def decide(  # noqa: PLR0913 -- a sans-IO decision: the clock, the jitter draw a
     row: ClaimedRow,
     outcome: Outcome,
     *,
-    now: datetime,
     backoff: Backoff,
     scrub: ScrubRules,
     jitter: float,
@@ -96,24 +100,22 @@ def decide(  # noqa: PLR0913 -- a sans-IO decision: the clock, the jitter draw a
 ) -> Mark:
     """The mark to record for ``row`` after an attempt ended with ``outcome``.
 
-    ``now`` must be timezone-aware; ``jitter`` is the caller's draw in [0, 1] (checked on every
-    call, not only when a retry needs it, so a bad draw shows up at once); ``retry_after_cap`` is
-    the longest ``Retry-After`` honoured. Raises :class:`ValueError` for any of them out of range.
+    ``jitter`` is the caller's draw in [0, 1] (checked on every call, not only when a retry needs
+    it, so a bad draw shows up at once); ``retry_after_cap`` is the longest ``Retry-After``
+    honoured. Raises :class:`ValueError` for any of them out of range.
     """
-    if now.utcoffset() is None:
-        raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
     check_jitter(jitter)
     if retry_after_cap < timedelta(0):
         raise ValueError(f"retry_after_cap must not be negative, got {retry_after_cap!r}")
     decision = _decision(
-        row, outcome, now=now, backoff=backoff, scrub=scrub, jitter=jitter, cap=retry_after_cap
+        row, outcome, backoff=backoff, scrub=scrub, jitter=jitter, cap=retry_after_cap
     )
     return Mark(
         row.id,
         row.token,
         transition(Status.PENDING, decision.event),
         decision.reason,
-        next_attempt_at=decision.next_attempt_at,
+        retry_delay=decision.retry_delay,
         scrub_keys=decision.scrub_keys,
     )
 
@@ -131,7 +133,6 @@ def _decision(  # noqa: PLR0913 -- decide()'s inputs, passed through unchanged
     row: ClaimedRow,
     outcome: Outcome,
     *,
-    now: datetime,
     backoff: Backoff,
     scrub: ScrubRules,
     jitter: float,
@@ -155,4 +156,4 @@ def _decision(  # noqa: PLR0913 -- decide()'s inputs, passed through unchanged
         )
     if outcome.retry_after is not None:
         wait = max(wait, min(outcome.retry_after, cap))
-    return _Decision(Event.RETRY, outcome.reason, next_attempt_at=now + wait)
+    return _Decision(Event.RETRY, outcome.reason, retry_delay=wait)

@@ -1,7 +1,7 @@
 """Frozen value types that cross the ports: claim tokens, claimed rows and marks.
 
 A claim hands the worker :class:`ClaimedRow` values; the worker hands the store :class:`Mark`
-values. A mark carries the claim token it was issued under, and the store applies it only while the
+values (a retry carries its delay; the store stamps the due time in its own clock). A mark carries the claim token it was issued under, and the store applies it only while the
 row is still ``pending`` under that same token (the fence of catalogue C10).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 import attrs
@@ -131,8 +131,10 @@ def _key_set(keys: Iterable[str]) -> frozenset[str]:
 
 def _check_mark(inst: Mark, _attribute: object, _value: object) -> None:
     status = inst.status
-    if (status is Status.PENDING) != (inst.next_attempt_at is not None):
-        raise ValueError("a retry mark (status pending) needs next_attempt_at, and only it has one")
+    if (status is Status.PENDING) != (inst.retry_delay is not None):
+        raise ValueError("a retry mark (status pending) needs retry_delay, and only it has one")
+    if inst.retry_delay is not None and inst.retry_delay < timedelta(0):
+        raise ValueError(f"retry_delay must not be negative, got {inst.retry_delay!r}")
     if inst.scrub_keys and status not in (Status.DISPATCHED, Status.SKIPPED):
         raise ValueError(
             f"only a dispatched or skipped mark scrubs the payload; a {status} row keeps it whole"
@@ -153,8 +155,10 @@ class Mark:
     status: Status
     #: Why (failed, retry, skipped); stored as the row's last error. Never a secret.
     reason: str | None = None
-    #: When a retried row is due again (retry marks only).
-    next_attempt_at: datetime | None = attrs.field(default=None, validator=optional_aware)
+    #: How long after the mark is written a retried row is due again (retry marks only). A delay,
+    #: not a time: the store stamps ``its now + retry_delay`` (the database clock on PostgreSQL),
+    #: like the claim's lease, so a worker whose clock is off can't move a row's due time.
+    retry_delay: timedelta | None = None
     #: Payload keys removed in the same UPDATE (dispatched and skipped marks only).
     scrub_keys: frozenset[str] = attrs.field(
         default=frozenset(), converter=_key_set, validator=_check_mark
@@ -173,5 +177,5 @@ class Mark:
         return cls(row.id, row.token, Status.FAILED, reason)
 
     @classmethod
-    def retry(cls, row: ClaimedRow, reason: str, *, next_attempt_at: datetime) -> Mark:
-        return cls(row.id, row.token, Status.PENDING, reason, next_attempt_at=next_attempt_at)
+    def retry(cls, row: ClaimedRow, reason: str, *, delay: timedelta) -> Mark:
+        return cls(row.id, row.token, Status.PENDING, reason, retry_delay=delay)

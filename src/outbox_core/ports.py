@@ -11,6 +11,7 @@ adapter), so a fake cannot drift from the real thing.
 port                   satisfied by (``outbox_adapters``)
 =====================  ===================================================================
 :class:`OutboxStore`   ``memory.MemoryStore``, ``postgres.PostgresStore``
+:class:`OperatorStore` ``memory.MemoryStore``, ``postgres.PostgresStore`` (the ``outbox`` CLI)
 :class:`Mailer`        ``smtp.SmtpMailer``, ``memory.RecordingMailer``
 :class:`WebhookSender` ``webhooks.HttpxWebhookSender``
 :class:`Publisher`     ``nats.JetStreamPublisher``, ``kafka.KafkaPublisher``
@@ -25,7 +26,7 @@ port                   satisfied by (``outbox_adapters``)
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
@@ -33,7 +34,8 @@ import attrs
 
 from outbox_core._validators import optional_aware, positive
 from outbox_core.mail import OutgoingMail
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark, RowId
+from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, RowId
+from outbox_core.operator import FailedReport, LaneStats, PayloadRewrites, StoredRow
 from outbox_core.outcomes import Outcome
 from outbox_core.sealing import SealedValue
 
@@ -48,7 +50,9 @@ __all__ = [
     "LeaderTerm",
     "Mailer",
     "MarkResult",
+    "OperatorStore",
     "OutboxStore",
+    "PayloadRewrite",
     "Publisher",
     "ReceivedMessage",
     "RequeueRequest",
@@ -177,6 +181,43 @@ class OutboxStore(Protocol):
 
     async def requeue_failed(self, request: RequeueRequest) -> RequeueResult:
         """Failed → pending with attempts reset; refuses rows that aren't failed, with the reason."""
+        ...
+
+
+#: ``rewrite(row_id, lane, payload)``: the new payload of an unsent row, or ``None`` to leave it.
+PayloadRewrite = Callable[[int, str, JSONObject], JSONObject | None]
+
+
+@runtime_checkable
+class OperatorStore(Protocol):
+    """What an operator does to a store (``outbox get|failed|stats|requeue|keys rotate``).
+
+    The value types are in :mod:`outbox_core.operator`. Payloads come back raw: whoever shows one
+    redacts it first (``ScrubRules.redact``).
+    """
+
+    async def get(self, row_id: RowId) -> StoredRow | None:
+        """One row, or ``None`` when there is no such row."""
+        ...
+
+    async def list_failed(self, lane: str | None = None, limit: int = 100) -> FailedReport:
+        """The ``limit`` newest failed rows (of ``lane``, or of all), and all of them grouped by
+        error, most frequent first."""
+        ...
+
+    async def lane_stats(self) -> Mapping[str, LaneStats]:
+        """Per lane: rows per status, and how many marks the fence refused (stale marks)."""
+        ...
+
+    async def requeue_failed(self, request: RequeueRequest) -> RequeueResult:
+        """Failed → pending with attempts reset, audited; refuses other rows with the reason."""
+        ...
+
+    async def rewrite_payloads(
+        self, rewrite: PayloadRewrite, *, lane: str | None = None, batch_size: int = 500
+    ) -> PayloadRewrites:
+        """Give every unsent (pending or failed) row's payload to ``rewrite`` and store what it
+        returns, each write a compare-and-set on the payload as read (key rotation)."""
         ...
 
 

@@ -17,8 +17,13 @@ A store harness offers:
   strictly before anything it stamps afterwards (for ``failed_since`` / ``failed_before``);
 - ``await audit()``: the requeue audit as ``(message_id, actor, previous_attempts, previous_error)``.
 
-PostgreSQL gets the schema once per session (in the session's own database, from the
-``postgres_dsn`` fixture) and empty tables before each test.
+- ``store_unavailable()``: a store of the same kind that can't reach its data (memory:
+  ``available = False``; PostgreSQL: a pool pointed at a closed port), for the outage contract.
+
+PostgreSQL runs twice: on the e-mail outbox table (``postgres``) and on a second queue table built
+by ``queue_table()`` with a column of its own (``other-table``), which proves the store's SQL is one
+template for every queue table. It gets the schema once per session (in the session's own database,
+from the ``postgres_dsn`` fixture) and empty tables before each test.
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
+from sqlalchemy import BigInteger, Column, MetaData, Table
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from outbox_adapters.clock import FakeClock
 from outbox_adapters.memory import MemoryLeaderLease, MemoryStore
@@ -38,6 +47,7 @@ from outbox_adapters.postgres import schema
 from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.leader import PostgresLeaderLease
 from outbox_adapters.postgres.store import PostgresStore
+from outbox_adapters.postgres.tables import metadata, outbox_message, queue_table
 from outbox_core.messages import NewMessage
 from outbox_core.ports import EnqueueResult
 
@@ -47,29 +57,47 @@ CLOCK_START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 #: during the test became due, and far enough that no test runs that long.
 HEADROOM = timedelta(hours=1)
 
-BACKENDS = ["memory", pytest.param("postgres", marks=pytest.mark.integration)]
+BACKENDS = [
+    "memory",
+    pytest.param("postgres", marks=pytest.mark.integration),
+    pytest.param("other-table", marks=pytest.mark.integration),
+]
+
+#: A second queue table, as the webhook deliveries or event outbox tables will be: the queue
+#: columns from queue_table(), plus one of its own that the store never touches.
+OTHER_METADATA = MetaData(naming_convention=metadata.naming_convention)
+OTHER_TABLE = queue_table(
+    "contract_deliveries", OTHER_METADATA, Column("endpoint_id", BigInteger, nullable=True)
+)
 
 AuditRow = tuple[int, str, int, str | None]
 
 
 @pytest.fixture(scope="session")
 def contract_dsn(postgres_dsn: str) -> str:
-    """The session's database, with the outbox schema applied once."""
+    """The session's database, with the outbox schema and the second queue table applied once."""
     schema.apply(postgres_dsn)
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(str(CreateTable(OTHER_TABLE, if_not_exists=True).compile(dialect=dialect)))
+        for index in OTHER_TABLE.indexes:
+            conn.execute(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)))
     return postgres_dsn
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str | None:
-    """``None`` for the in-memory adapters; a DSN (schema applied, tables empty) for PostgreSQL."""
+def backend(request: pytest.FixtureRequest) -> tuple[str, Table] | None:
+    """``None`` for the in-memory adapters; for PostgreSQL a DSN (schema applied, tables empty) and
+    the queue table under test."""
     if request.param == "memory":
         return None
     dsn: str = request.getfixturevalue("contract_dsn")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE outbox_message, outbox_requeue_audit, outbox_leader RESTART IDENTITY"
+            "TRUNCATE outbox_message, contract_deliveries, outbox_requeue_audit,"
+            " outbox_stale_marks, outbox_leader RESTART IDENTITY"
         )
-    return dsn
+    return dsn, OTHER_TABLE if request.param == "other-table" else outbox_message
 
 
 class MemoryHarness:
@@ -97,23 +125,34 @@ class MemoryHarness:
             (e.message_id, e.actor, e.previous_attempts, e.previous_error) for e in self.store.audit
         ]
 
+    async def store_unavailable(self) -> MemoryStore:
+        store = MemoryStore(self.clock)
+        store.available = False
+        return store
+
 
 class PostgresHarness:
     name = "postgres"
 
-    def __init__(self, pool: AsyncConnectionPool[Any], now: datetime) -> None:
+    def __init__(self, pool: AsyncConnectionPool[Any], now: datetime, table: Table) -> None:
         self.pool = pool
-        self.store = PostgresStore(pool)
+        self.table = table
+        self.name = "postgres" if table is outbox_message else "other-table"
+        self.store = PostgresStore(pool, table=table)
         self.now = now
+        #: Pools of store_unavailable(), closed after the test.
+        self.closed_pools: list[AsyncConnectionPool[Any]] = []
 
     async def enqueue(self, message: NewMessage) -> EnqueueResult:
         async with self.pool.connection() as conn, conn.transaction():
-            return await enqueue_async(conn, message)
+            return await enqueue_async(conn, message, table=self.table)
 
     async def insert_raw(self, lane: str, text: str) -> int:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "INSERT INTO outbox_message (lane, payload) VALUES (%s, %s::jsonb) RETURNING id",
+                sql.SQL(
+                    "INSERT INTO {} (lane, payload) VALUES (%s, %s::jsonb) RETURNING id"
+                ).format(sql.Identifier(self.table.name)),
                 (lane, text),
             )
             row = await cur.fetchone()
@@ -135,9 +174,19 @@ class PostgresHarness:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT message_id, actor, previous_attempts, previous_error"
-                " FROM outbox_requeue_audit ORDER BY id"
+                " FROM outbox_requeue_audit WHERE queue = %s ORDER BY id",
+                (self.table.name,),
             )
             return [(r[0], r[1], r[2], r[3]) for r in await cur.fetchall()]
+
+    async def store_unavailable(self) -> PostgresStore:
+        # Nothing listens on port 1: the pool never gets a connection and times out at once.
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            "host=127.0.0.1 port=1 connect_timeout=1", min_size=1, timeout=0.2, open=False
+        )
+        await pool.open(wait=False)
+        self.closed_pools.append(pool)
+        return PostgresStore(pool, table=self.table)
 
 
 Harness = MemoryHarness | PostgresHarness
@@ -155,15 +204,21 @@ def _pool(dsn: str) -> AsyncConnectionPool[Any]:
 
 
 @pytest.fixture
-async def harness(backend: str | None) -> AsyncIterator[Harness]:
+async def harness(backend: tuple[str, Table] | None) -> AsyncIterator[Harness]:
     if backend is None:
         yield MemoryHarness()
         return
-    async with _pool(backend) as pool:
+    dsn, table = backend
+    async with _pool(dsn) as pool:
         async with pool.connection() as conn:
             row = await (await conn.execute("SELECT now()")).fetchone()
         assert row is not None
-        yield PostgresHarness(pool, row[0] + HEADROOM)
+        harness = PostgresHarness(pool, row[0] + HEADROOM, table)
+        try:
+            yield harness
+        finally:
+            for unreachable in harness.closed_pools:
+                await unreachable.close()
 
 
 class LeaderHarness:
@@ -175,11 +230,22 @@ class LeaderHarness:
         self.clock = clock
 
 
+@pytest.fixture(params=BACKENDS[:2])
+def leader_backend(request: pytest.FixtureRequest) -> str | None:
+    """``None`` for the in-memory lease; a DSN (``outbox_leader`` empty) for PostgreSQL's."""
+    if request.param == "memory":
+        return None
+    dsn: str = request.getfixturevalue("contract_dsn")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE outbox_leader")
+    return dsn
+
+
 @pytest.fixture
-async def leader(backend: str | None) -> AsyncIterator[LeaderHarness]:
+async def leader(leader_backend: str | None) -> AsyncIterator[LeaderHarness]:
     clock = FakeClock(CLOCK_START)
-    if backend is None:
+    if leader_backend is None:
         yield LeaderHarness("memory", MemoryLeaderLease(clock), clock)
         return
-    async with _pool(backend) as pool:
+    async with _pool(leader_backend) as pool:
         yield LeaderHarness("postgres", PostgresLeaderLease(pool, monotonic=clock.monotonic), clock)

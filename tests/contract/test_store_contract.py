@@ -23,12 +23,18 @@ from psycopg_pool import AsyncConnectionPool
 from outbox_adapters.postgres.clock import DatabaseClock
 from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.store import PostgresStore
-from outbox_adapters.records import MAX_PAYLOAD_BYTES
+from outbox_adapters.store_rules import MAX_PAYLOAD_BYTES
 from outbox_core.delivery import Status
-from outbox_core.errors import InvalidPayload
+from outbox_core.errors import InvalidPayload, StoreUnavailable
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
 from outbox_core.payload import MAX_DEPTH, decode_payload, validate_payload
-from outbox_core.ports import ClaimRequest, MarkResult, OutboxStore, RequeueRequest
+from outbox_core.ports import (
+    ClaimRequest,
+    MarkResult,
+    OperatorStore,
+    OutboxStore,
+    RequeueRequest,
+)
 
 LANE = "email"
 OTHER_LANE = "webhook"
@@ -101,8 +107,9 @@ async def apply(h, via: str, mark: Mark) -> MarkResult:
 # --- the port -------------------------------------------------------------------------------------
 
 
-async def test_store_satisfies_the_port(harness):
+async def test_store_satisfies_the_ports(harness):
     assert isinstance(harness.store, OutboxStore)
+    assert isinstance(harness.store, OperatorStore)
 
 
 async def test_enqueue_then_claim_returns_the_row_with_one_attempt_and_the_token(harness):
@@ -434,18 +441,25 @@ async def test_failed_mark_keeps_the_whole_payload(harness, via):
 
 
 @VIA
-async def test_retry_mark_sets_the_next_due_time_and_ends_the_claim(harness, via):
+async def test_retry_mark_sets_the_next_due_time_in_the_store_s_clock_and_ends_the_claim(
+    harness, via
+):
     h = harness
     row_id = (await h.enqueue(message())).row_id
     row = await claim_one(h, row_id)
-    again_at = h.now + timedelta(minutes=5)
+    delay = timedelta(minutes=5)
 
-    result = await apply(h, via, Mark.retry(row, "451 4.3.0 busy", next_attempt_at=again_at))
+    before = await h.later()
+    result = await apply(h, via, Mark.retry(row, "451 4.3.0 busy", delay=delay))
+    after = await h.later()
 
     assert result is MarkResult.APPLIED
     stored = await h.store.get(row_id)
     assert stored is not None
-    assert (stored.status, stored.next_attempt_at) == (Status.PENDING, again_at)
+    assert stored.status is Status.PENDING
+    # The store's own clock at the mark + the delay (not the claim's injected time, an hour on).
+    assert before + delay < stored.next_attempt_at < after + delay
+    again_at = stored.next_attempt_at
     assert (stored.last_error, stored.claim_token, stored.resolved_at) == (
         "451 4.3.0 busy",
         None,
@@ -528,21 +542,23 @@ async def test_mark_many_applies_each_mark_fenced_on_its_own_and_answers_in_orde
         (await h.enqueue(NewMessage(LANE, secret))).row_id for _ in range(5)
     ]
     rows = {row.id: row for row in await h.store.claim_due(claim(h.now))}
-    again_at = h.now + timedelta(minutes=5)
+    delay = timedelta(minutes=5)
     # The first row's lease ran out and a sibling claimed it: its claim has moved on.
     (sibling,) = await h.store.claim_due(claim(h.now + LEASE, limit=1))
     assert sibling.id == taken
 
+    before = await h.later()
     results = await h.store.mark_many(
         [
             Mark.failed(rows[failed], "550 no such user"),
             Mark.dispatched(rows[sent], scrub_keys=SECRETS),
             Mark.dispatched(rows[taken], scrub_keys=SECRETS),  # the old claim's: stale
-            Mark.retry(rows[retried], "451 busy", next_attempt_at=again_at),
+            Mark.retry(rows[retried], "451 busy", delay=delay),
             Mark.skipped(rows[skipped], "opted out", scrub_keys=SECRETS),
         ]
     )
 
+    after = await h.later()
     assert results == [MarkResult.APPLIED] * 2 + [MarkResult.STALE] + [MarkResult.APPLIED] * 2
     got = {i: await h.store.get(i) for i in (sent, failed, retried, skipped, taken)}
     assert {i: r.status for i, r in got.items()} == {
@@ -554,7 +570,8 @@ async def test_mark_many_applies_each_mark_fenced_on_its_own_and_answers_in_orde
     }
     assert got[sent].payload == got[skipped].payload == {"to": "a@example.org"}
     assert got[failed].payload == got[retried].payload == got[taken].payload == secret
-    assert (got[retried].next_attempt_at, got[retried].claim_token) == (again_at, None)
+    assert before + delay < got[retried].next_attempt_at < after + delay
+    assert got[retried].claim_token is None
     assert got[taken].claim_token == sibling.token.value
     assert (got[failed].last_error, got[skipped].last_error) == ("550 no such user", "opted out")
     assert (h.store.stats.applied_marks, h.store.stats.stale_marks) == (4, 1)
@@ -760,6 +777,87 @@ async def test_stats_count_claimed_rows_applied_and_stale_marks(harness):
 
     stats = h.store.stats
     assert (stats.claimed_rows, stats.applied_marks, stats.stale_marks) == (4, 3, 2)
+    # What outbox stats shows counts the stale MARK, durably and per lane (not the release).
+    assert (await h.store.lane_stats())[LANE].stale_marks == 1
+
+
+@VIA
+async def test_stale_marks_are_counted_per_lane_for_outbox_stats(harness, via):
+    h = harness
+    row_id = (await h.enqueue(message())).row_id
+    other_id = (await h.enqueue(message(OTHER_LANE))).row_id
+    slow = await claim_one(h, row_id)
+    other = await claim_one(h, other_id, lane=OTHER_LANE)
+    await claim_one(h, row_id, at=h.now + LEASE)  # a sibling re-claimed the slow one's row
+    assert await apply(h, via, Mark.dispatched(other, scrub_keys=SECRETS)) is MarkResult.APPLIED
+
+    assert await apply(h, via, Mark.failed(slow, "late")) is MarkResult.STALE
+    assert await apply(h, via, Mark.dispatched(slow, scrub_keys=SECRETS)) is MarkResult.STALE
+    assert await apply(h, via, Mark.failed(other, "after it was sent")) is MarkResult.STALE
+
+    stats = await h.store.lane_stats()
+    assert {lane: s.stale_marks for lane, s in stats.items()} == {LANE: 2, OTHER_LANE: 1}
+    assert stats[LANE].rows == {Status.PENDING: 1}
+    assert stats[OTHER_LANE].rows == {Status.DISPATCHED: 1}
+
+
+async def test_lane_stats_of_an_empty_store_is_empty(harness):
+    assert await harness.store.lane_stats() == {}
+
+
+# --- outages --------------------------------------------------------------------------------------
+
+
+async def test_every_operation_of_an_unreachable_store_raises_store_unavailable(harness):
+    store = await harness.store_unavailable()
+    row = ClaimedRow(1, LANE, {}, 1, new_token(), harness.now, harness.now)
+    operations = {
+        "claim_due": lambda: store.claim_due(claim(harness.now)),
+        "mark_if_pending": lambda: store.mark_if_pending(Mark.failed(row, "x")),
+        "mark_many": lambda: store.mark_many([Mark.failed(row, "x")]),
+        "release": lambda: store.release(row.id, row.token),
+        "requeue_failed": lambda: store.requeue_failed(RequeueRequest(ACTOR, row_ids=(1,))),
+        "get": lambda: store.get(1),
+        "list_failed": store.list_failed,
+        "lane_stats": store.lane_stats,
+        "rewrite_payloads": lambda: store.rewrite_payloads(lambda _i, _l, p: p),
+    }
+    for name, operation in operations.items():
+        with pytest.raises(StoreUnavailable, match=name) as raised:
+            await operation()
+        # Says which operation and why, never a row: no payload, token or parameters.
+        assert row.token.value not in str(raised.value)
+
+
+# --- key rotation's payload rewrite ---------------------------------------------------------------
+
+
+async def test_rewrite_payloads_rewrites_unsent_rows_only_and_leaves_none_results_alone(harness):
+    h = harness
+    pending = (await h.enqueue(message(v=1))).row_id
+    failed = await failed_row(h, "550 rejected")
+    sent = await dispatched_row(h)
+    kept = (await h.enqueue(message(v=2, keep=True))).row_id
+    other = (await h.enqueue(message(OTHER_LANE, v=3))).row_id
+    seen: list[tuple[int, str]] = []
+
+    def rewrite(row_id: int, lane: str, payload: Any) -> dict[str, Any] | None:
+        seen.append((row_id, lane))
+        return None if payload.get("keep") else {**payload, "rotated": True}
+
+    report = await h.store.rewrite_payloads(rewrite, lane=LANE, batch_size=2)
+
+    assert seen == [(pending, LANE), (failed, LANE), (kept, LANE)]
+    assert (report.examined, report.rewritten, report.changed) == (3, (pending, failed), ())
+    assert report.batches == 2
+    for row_id, rotated in ((pending, True), (failed, True), (kept, None), (sent, None)):
+        stored = await h.store.get(row_id)
+        assert stored is not None
+        assert isinstance(stored.payload, dict)
+        assert stored.payload.get("rotated") is rotated, row_id
+    untouched = await h.store.get(other)
+    assert untouched is not None
+    assert untouched.payload == {"v": 3}
 
 
 # --- the database clock (PostgreSQL only) ---------------------------------------------------------

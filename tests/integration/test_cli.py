@@ -30,7 +30,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from outbox_adapters.cli import main
 from outbox_adapters.demo.sink import SmtpSink
-from outbox_adapters.postgres import schema
+from outbox_adapters.postgres import outbox_message, schema, statements
 
 pytestmark = pytest.mark.integration
 
@@ -503,6 +503,44 @@ def test_requeue_puts_a_failed_row_back_and_refuses_a_sent_one(dsn, lane, sink):
     assert status_of(dsn, sent)[0] == "dispatched"
 
 
+def test_get_shows_a_row_with_its_secret_values_masked(dsn, lane, sink):
+    bounced = enqueue_email(dsn, lane, "bounce-me@example.com")
+    assert run_worker(dsn, lane, sink).exit_code == 0
+
+    result = outbox("get", str(bounced), "--database-url", dsn)
+
+    assert result.exit_code == 0, result.output
+    assert re.search(rf"^id:\s+{bounced}$", result.stdout, re.MULTILINE), result.stdout
+    assert re.search(r"^status:\s+failed$", result.stdout, re.MULTILINE), result.stdout
+    assert "550 5.1.1" in result.stdout
+    # The failed row still holds its link; get shows that it is there, never what it is.
+    assert '"password_reset_url": "[scrubbed]"' in result.stdout
+    assert CANARY not in result.output
+    masked_more = outbox("get", str(bounced), "--database-url", dsn, "--secret-key", "name")
+    assert '"name": "[scrubbed]"' in masked_more.stdout
+
+    missing = outbox("get", "987654321", "--database-url", dsn)
+    assert missing.exit_code == 1
+    assert "no row 987654321" in one_line_error(missing)
+
+
+def test_stats_counts_stale_marks_per_lane(dsn, lane):
+    row_id = enqueue_email(dsn, lane, "slow@example.com")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # A worker paused past its lease: its late mark finds the row re-claimed by a sibling.
+        conn.execute("UPDATE outbox_message SET claim_token = 'sibling' WHERE id = %s", (row_id,))
+        conn.execute(
+            statements.render(statements.MARK, outbox_message),
+            {"id": row_id, "token": "paused", "status": "failed", "reason": "late",
+             "retry_delay": None, "scrub_keys": [], "now": None},
+        )  # fmt: skip
+
+    stats = outbox("stats", "--database-url", dsn)
+
+    assert stats.exit_code == 0, stats.output
+    assert re.search(rf"^{lane}\s+1\s+0\s+0\s+0\s+1$", stats.stdout, re.MULTILINE), stats.stdout
+
+
 def test_requeue_all_failed_needs_a_filter_or_yes(dsn, lane, sink):
     bounced = enqueue_email(dsn, lane, "bounce-me@example.com")
     assert run_worker(dsn, lane, sink).exit_code == 0
@@ -534,7 +572,8 @@ def test_environment_twins_configure_every_command(dsn, lane):
 
     stats = outbox("stats", env=env)
     assert stats.exit_code == 0, stats.output
-    assert re.search(rf"^{lane}\s+1\s+0\s+0\s+0$", stats.stdout, re.MULTILINE), stats.stdout
+    # pending, dispatched, skipped, failed, then the stale marks
+    assert re.search(rf"^{lane}\s+1\s+0\s+0\s+0\s+0$", stats.stdout, re.MULTILINE), stats.stdout
 
     missing = outbox("stats", env={"OUTBOX_DATABASE_URL": ""})
     assert missing.exit_code == 2

@@ -33,7 +33,14 @@ from outbox_adapters.clock import SystemClock
 from outbox_adapters.crypto import AesGcmEncryptor, format_key_entry, generate_key
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import PostgresStore, enqueue, enqueue_async, schema, statements
+from outbox_adapters.postgres import (
+    PostgresStore,
+    enqueue,
+    enqueue_async,
+    outbox_message,
+    schema,
+    statements,
+)
 from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.backoff import SlotSchedule
@@ -376,13 +383,13 @@ async def test_rotation_never_writes_back_over_a_row_a_worker_marked_meanwhile(
         if row_id == marked:  # the worker's dispatched mark lands between the read and the write
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(
-                    statements.MARK,
+                    statements.render(statements.MARK, outbox_message),
                     {
                         "id": marked,
                         "token": token.value,
                         "status": "dispatched",
                         "reason": None,
-                        "next_attempt_at": None,
+                        "retry_delay": None,
                         "scrub_keys": ["password_reset_url"],
                         "now": None,
                     },

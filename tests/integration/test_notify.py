@@ -31,7 +31,7 @@ from outbox_adapters.postgres import (
     schema,
 )
 from outbox_adapters.runtime import Worker
-from outbox_core.errors import ConfigurationError
+from outbox_core.errors import ConfigurationError, StoreUnavailable
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
 
@@ -349,8 +349,9 @@ async def test_with_notify_turned_off_polling_still_delivers(dsn: str):
 async def test_a_listener_that_cannot_connect_at_start_says_so(dsn: str):
     bad = psycopg.conninfo.make_conninfo(dsn, dbname="outbox_no_such_database")
     listener = WakeupListener(bad)
-    with pytest.raises(psycopg.OperationalError, match="outbox_no_such_database"):
+    with pytest.raises(StoreUnavailable, match="outbox_no_such_database") as raised:
         await listener.start()
+    assert isinstance(raised.value.__cause__, psycopg.OperationalError)  # the driver's, chained
     assert not listener.connected
     await listener.aclose()
 

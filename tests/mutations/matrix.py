@@ -1,8 +1,9 @@
 """The mutation matrix of RELIABILITY.md: each safety mechanism, its mutant, and its test.
 
 mutmut cannot mutate SQL held in strings, so the SQL mechanisms are mutated by hand here: each
-mutant replaces one named statement in ``outbox_adapters.postgres.statements`` (the store reads
-them at call time) or one function of the worker, and names the one test that must turn red.
+mutant replaces one named statement template in ``outbox_adapters.postgres.statements`` (the store
+reads the template at call time and renders it for its queue table, so a mutant reaches every
+queue table's SQL) or one function of the worker, and names the one test that must turn red.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import attrs
 
 from outbox_adapters.postgres import statements
+from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.runtime import marking as worker
 
 STORE = "tests/integration/test_postgres_store.py"
@@ -38,7 +40,12 @@ def _replace(name: str, old: str, new: str) -> tuple[object, str, object]:
     if old not in original:
         msg = f"mutant for statements.{name} is stale: {old!r} is not in the statement"
         raise LookupError(msg)
-    return (statements, name, original.replace(old, new))
+    mutated = original.replace(old, new)
+    # What the store will run: the mutated template, rendered for a queue table as the store does.
+    if statements.render(mutated, outbox_message) == statements.render(original, outbox_message):
+        msg = f"mutant for statements.{name} changes nothing the store runs"
+        raise LookupError(msg)
+    return (statements, name, mutated)
 
 
 async def _attached(attempt: Callable[[], Coroutine[Any, Any, Any]], _keep: set[Any]) -> Any:
@@ -100,8 +107,8 @@ MUTANTS: tuple[Mutant, ...] = (
         f"{STORE}::test_dispatched_and_skipped_marks_scrub_exactly_the_secret_keys_in_the_same_update",
         _replace(
             "MARK",
-            "    payload = CASE WHEN jsonb_typeof(payload) = 'object'\n"
-            "                   THEN payload - %(scrub_keys)s::text[] ELSE payload END,\n",
+            "        payload = CASE WHEN jsonb_typeof(payload) = 'object'\n"
+            "                       THEN payload - %(scrub_keys)s::text[] ELSE payload END,\n",
             "",
         ),
     ),
@@ -142,9 +149,43 @@ MUTANTS += (
         f"{CONTRACT}::test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest[postgres-mark_many]",
         _replace(
             "MARK_MANY",
-            "    payload = CASE WHEN v.scrub AND jsonb_typeof(m.payload) = 'object'\n"
-            "                   THEN m.payload - %(scrub_keys)s::text[] ELSE m.payload END,\n",
+            "        payload = CASE WHEN v.scrub AND jsonb_typeof(m.payload) = 'object'\n"
+            "                       THEN m.payload - %(scrub_keys)s::text[] ELSE m.payload END,\n",
             "",
+        ),
+    ),
+)
+
+# One template serves every queue table: the same mutants reach a second table's SQL, and the
+# contract run over that table (``other-table``) kills them too.
+MUTANTS += (
+    Mutant(
+        "queue-table-claim-no-lease-stamp",
+        "lease stamp in the claim UPDATE, on a second queue table",
+        "drop the lease stamp",
+        f"{CONTRACT}::test_a_claimed_row_is_not_claimable_again_until_its_lease_ends[other-table]",
+        _replace(
+            "CLAIM",
+            "next_attempt_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,",
+            "",
+        ),
+    ),
+    Mutant(
+        "queue-table-mark-no-token-fence",
+        "claim-token fence on marks, on a second queue table",
+        "drop AND claim_token = :token",
+        f"{CONTRACT}::test_a_late_mark_after_a_sibling_reclaimed_the_row_is_stale[other-table-mark_if_pending]",
+        _replace("MARK", "  AND claim_token = %(token)s\n", ""),
+    ),
+    Mutant(
+        "mark-retry-not-in-database-time",
+        "retry due time stamped in the store's clock",
+        "keep the old due time (the delay is dropped)",
+        f"{CONTRACT}::test_retry_mark_sets_the_next_due_time_in_the_store_s_clock_and_ends_the_claim[postgres-mark_if_pending]",
+        _replace(
+            "MARK",
+            "coalesce(%(now)s::timestamptz, now()) + %(retry_delay)s::interval, next_attempt_at",
+            "NULL::timestamptz, next_attempt_at",
         ),
     ),
 )

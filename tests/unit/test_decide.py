@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -62,9 +62,7 @@ def run(
     jitter: float = 0.5,
     **kwargs: Any,
 ) -> Mark:
-    return decide(
-        claimed(attempts), outcome, now=NOW, backoff=backoff, scrub=SCRUB, jitter=jitter, **kwargs
-    )
+    return decide(claimed(attempts), outcome, backoff=backoff, scrub=SCRUB, jitter=jitter, **kwargs)
 
 
 # --- one case per outcome kind -------------------------------------------------------------------
@@ -82,14 +80,12 @@ def test_skipped_scrubs_and_keeps_the_reason() -> None:
     assert mark.status is Status.SKIPPED
     assert mark.reason == "recipient opted out of invoice mail"
     assert mark.scrub_keys == DEFAULT_SECRET_KEYS
-    assert mark.next_attempt_at is None
+    assert mark.retry_delay is None
 
 
 def test_scrub_keys_follow_the_lanes_rules() -> None:
     rules = ScrubRules(frozenset({"magic_link"}))
-    mark = decide(
-        claimed(), Outcome.sent(), now=NOW, backoff=EMAIL_BACKOFF, scrub=rules, jitter=0.5
-    )
+    mark = decide(claimed(), Outcome.sent(), backoff=EMAIL_BACKOFF, scrub=rules, jitter=0.5)
     assert mark.scrub_keys == {"magic_link"}
 
 
@@ -105,14 +101,14 @@ def test_transient_retries_after_the_schedules_delay() -> None:
     mark = run(Outcome.transient("421 4.3.2 try later"), attempts=3)
     assert mark.status is Status.PENDING
     assert mark.reason == "421 4.3.2 try later"
-    assert mark.next_attempt_at == NOW + 5 * MINUTE  # the email schedule's 3rd slot
+    assert mark.retry_delay == 5 * MINUTE  # the email schedule's 3rd slot
     assert mark.scrub_keys == frozenset()
 
 
 @pytest.mark.parametrize(("jitter", "wait"), [(0.0, 54), (0.5, 60), (1.0, 66)])
 def test_the_jitter_draw_reaches_the_schedule(jitter: float, wait: int) -> None:
     mark = run(Outcome.transient("timeout"), jitter=jitter)
-    assert mark.next_attempt_at == NOW + timedelta(seconds=wait)
+    assert mark.retry_delay == timedelta(seconds=wait)
 
 
 def test_attempts_are_passed_through_not_incremented() -> None:
@@ -141,13 +137,13 @@ def test_retry_after_is_honoured_up_to_the_cap(
 ) -> None:
     outcome = Outcome.transient("503 Service Unavailable", retry_after=retry_after)
     mark = run(outcome, attempts=attempts, retry_after_cap=cap)
-    assert mark.next_attempt_at == NOW + wait
+    assert mark.retry_delay == wait
 
 
 def test_default_cap_is_one_hour() -> None:
     assert DEFAULT_RETRY_AFTER_CAP == HOUR
     mark = run(Outcome.transient("429", retry_after=timedelta(hours=5)))
-    assert mark.next_attempt_at == NOW + HOUR
+    assert mark.retry_delay == HOUR
 
 
 @given(
@@ -168,8 +164,8 @@ def test_retry_wait_bounds(
     )
     delay = CONSUMER_BACKOFF.delay(attempts, jitter=jitter)
     assert delay is not None
-    assert mark.next_attempt_at is not None
-    wait = mark.next_attempt_at - NOW
+    assert mark.retry_delay is not None
+    wait = mark.retry_delay
     assert wait >= delay  # never sooner than the schedule
     assert wait <= max(delay, cap)  # never later than the schedule or the cap
     if retry_after is not None:
@@ -194,7 +190,7 @@ def test_exhausted_wins_over_retry_after() -> None:
     mark = run(outcome, attempts=5, backoff=CONSUMER_BACKOFF)
     assert mark.status is Status.FAILED
     assert mark.reason == "retries exhausted after 5 attempts: 503"
-    assert mark.next_attempt_at is None
+    assert mark.retry_delay is None
 
 
 def test_one_attempt_schedule_says_attempt_in_the_singular() -> None:
@@ -205,35 +201,18 @@ def test_one_attempt_schedule_says_attempt_in_the_singular() -> None:
 def test_last_email_slot_still_retries() -> None:
     mark = run(Outcome.transient("timeout"), attempts=15)
     assert mark.status is Status.PENDING
-    assert mark.next_attempt_at == NOW + 20 * HOUR
+    assert mark.retry_delay == 20 * HOUR
 
 
 # --- refused inputs ------------------------------------------------------------------------------
 
 
-def test_naive_now_is_refused() -> None:
-    with pytest.raises(ValueError, match="now must be a timezone-aware datetime"):
-        decide(
-            claimed(),
-            Outcome.sent(),
-            now=datetime(2026, 11, 30, 12, 0),  # noqa: DTZ001 -- the naive value under test
-            backoff=EMAIL_BACKOFF,
-            scrub=SCRUB,
-            jitter=0.5,
-        )
-
-
-def test_any_aware_offset_is_accepted() -> None:
-    plus_two = timezone(timedelta(hours=2))
+def test_a_retry_carries_its_delay_not_a_time_so_no_clock_enters_it() -> None:
+    # The store stamps its own now() + delay: decide() takes no clock at all.
     mark = decide(
-        claimed(),
-        Outcome.transient("timeout"),
-        now=NOW.astimezone(plus_two),
-        backoff=EMAIL_BACKOFF,
-        scrub=SCRUB,
-        jitter=0.5,
+        claimed(), Outcome.transient("timeout"), backoff=EMAIL_BACKOFF, scrub=SCRUB, jitter=0.5
     )
-    assert mark.next_attempt_at == NOW + MINUTE
+    assert mark == Mark.retry(claimed(), "timeout", delay=MINUTE)
 
 
 @pytest.mark.parametrize("jitter", [-0.5, 1.5, float("nan")])

@@ -128,7 +128,7 @@ def test_concurrent_enqueues_from_threads_honour_the_idempotency_key(store):
     assert len(store.rows()) == 1
 
 
-async def test_a_stale_mark_is_logged_with_the_row_id_and_never_the_payload(store, caplog):
+async def test_a_stale_mark_is_counted_not_logged_by_the_store(store, caplog):
     row_id = store.enqueue(NewMessage("email", {"setup_url": "https://x/CANARY-7f3a"})).row_id
     (row,) = await store.claim_due(claim())
     stranger = ClaimedRow(
@@ -140,12 +140,15 @@ async def test_a_stale_mark_is_logged_with_the_row_id_and_never_the_payload(stor
         lease_expires_at=row.lease_expires_at,
         created_at=row.created_at,
     )
-    with caplog.at_level(logging.WARNING, logger="outbox_adapters.memory"):
+    with caplog.at_level(logging.DEBUG, logger="outbox_adapters"):
         assert await store.mark_if_pending(Mark.failed(stranger, "x")) is MarkResult.STALE
-    (record,) = caplog.records
-    assert str(row_id) in record.getMessage()
-    assert record.outbox_row_id == row_id  # type: ignore[attr-defined]
-    assert "CANARY" not in caplog.text
+    # The worker that made the mark logs it, once; the store only counts it (for outbox stats).
+    assert caplog.records == []
+    assert store.stats.stale_marks == 1
+    assert (await store.lane_stats())["email"].stale_marks == 1
+    stored = await store.get(row_id)
+    assert stored is not None
+    assert stored.status is Status.PENDING
 
 
 async def test_unusable_row_ids_are_refused_like_postgresql_does(store):

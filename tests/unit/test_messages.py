@@ -54,20 +54,27 @@ def test_named_mark_constructors_carry_the_claim_token() -> None:
     )
     assert Mark.skipped(row, "opted out", scrub_keys=keys).scrub_keys == keys
     assert Mark.failed(row, "550").status is Status.FAILED
-    retry = Mark.retry(row, "451", next_attempt_at=NOW)
+    retry = Mark.retry(row, "451", delay=timedelta(minutes=1))
     assert retry.status is Status.PENDING
+    assert retry.retry_delay == timedelta(minutes=1)
     assert retry.token is TOKEN
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"status": Status.PENDING, "reason": "x"}, "needs next_attempt_at"),
-        ({"status": Status.FAILED, "reason": "x", "next_attempt_at": NOW}, "needs next_attempt_at"),
+        ({"status": Status.PENDING, "reason": "x"}, "needs retry_delay"),
+        (
+            {"status": Status.FAILED, "reason": "x", "retry_delay": timedelta(0)},
+            "needs retry_delay",
+        ),
         ({"status": Status.FAILED, "reason": "x", "scrub_keys": {"pdf"}}, "keeps it whole"),
         ({"status": Status.FAILED}, "needs a reason"),
         ({"status": Status.SKIPPED}, "needs a reason"),
-        ({"status": Status.PENDING, "reason": "x", "next_attempt_at": NAIVE}, "aware"),
+        (
+            {"status": Status.PENDING, "reason": "x", "retry_delay": timedelta(seconds=-1)},
+            "must not be negative",
+        ),
     ],
 )
 def test_marks_that_cannot_exist_are_refused(kwargs: dict[str, object], message: str) -> None:

@@ -60,7 +60,7 @@ def test_a_pending_mark_without_a_due_time_is_refused_in_a_whole_sentence() -> N
     with pytest.raises(ValueError) as refused:
         Mark(7, TOKEN, Status.PENDING, "451")
     assert str(refused.value) == (
-        "a retry mark (status pending) needs next_attempt_at, and only it has one"
+        "a retry mark (status pending) needs retry_delay, and only it has one"
     )
 
 
@@ -71,6 +71,6 @@ def test_every_named_mark_is_fenced_by_the_rows_id_and_token() -> None:
         Mark.dispatched(row, scrub_keys=keys),
         Mark.skipped(row, "opted out", scrub_keys=keys),
         Mark.failed(row, "550"),
-        Mark.retry(row, "451", next_attempt_at=NOW),
+        Mark.retry(row, "451", delay=timedelta(0)),
     ]
     assert [(mark.row_id, mark.token) for mark in marks] == [(7, TOKEN)] * 4

@@ -7,8 +7,8 @@ line or configuration can't work, said in one line that names the setting. Secre
 printed: no database URL, no SMTP password (``SmtpSettings.describe()``), no payload values.
 
 One module per command family, each a plain click command or group that this module adds to
-:func:`main`: :mod:`.schema`, :mod:`.enqueue`, :mod:`.worker`, :mod:`.operator` (failed, requeue,
-stats), :mod:`.keys` and :mod:`.demo` (the command only; the demo lives in
+:func:`main`: :mod:`.schema`, :mod:`.enqueue`, :mod:`.worker`, :mod:`.operator` (get, failed,
+requeue, stats), :mod:`.keys` and :mod:`.demo` (the command only; the demo lives in
 :mod:`outbox_adapters.demo`). What they share (options, errors and exit codes, the database
 helpers) is in :mod:`.options`.
 """
@@ -22,7 +22,12 @@ import click
 from outbox_adapters.cli.demo import demo_command
 from outbox_adapters.cli.enqueue import enqueue_group
 from outbox_adapters.cli.keys import keys_group
-from outbox_adapters.cli.operator import failed_command, requeue_command, stats_command
+from outbox_adapters.cli.operator import (
+    failed_command,
+    get_command,
+    requeue_command,
+    stats_command,
+)
 from outbox_adapters.cli.options import option
 from outbox_adapters.cli.schema import schema_group
 from outbox_adapters.cli.worker import worker_command
@@ -52,6 +57,7 @@ for _command in (
     schema_group,
     enqueue_group,
     worker_command,
+    get_command,
     failed_command,
     requeue_command,
     stats_command,

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from outbox_adapters.cli.operator import operator_store
 from outbox_adapters.cli.options import (
     KEYS_OPTION,
     Failure,
     SettingError,
-    connection_pool,
     database_url,
     encryption_keys,
     encryptor_from,
@@ -18,13 +18,12 @@ from outbox_adapters.cli.options import (
     option,
     run,
 )
-from outbox_adapters.postgres import PostgresStore
 from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.messages import JSONObject
 from outbox_core.sealing import reseal
 
 if TYPE_CHECKING:
-    from outbox_adapters.postgres.store import PayloadRewrites
+    from outbox_core.operator import PayloadRewrites
 
 __all__ = ["keys_group"]
 
@@ -86,10 +85,8 @@ def keys_rotate(
             return None
 
     async def rotate() -> PayloadRewrites:
-        async with connection_pool(database_url) as pool:
-            return await PostgresStore(pool).rewrite_payloads(
-                rewrite, lane=lane, batch_size=batch_size
-            )
+        async with operator_store(database_url) as store:
+            return await store.rewrite_payloads(rewrite, lane=lane, batch_size=batch_size)
 
     report = run(rotate())
     click.echo(

@@ -1,13 +1,19 @@
-"""The operator's view of the rows: ``outbox failed``, ``outbox requeue`` and ``outbox stats``.
+"""The operator's view of the rows: ``outbox get``, ``failed``, ``requeue`` and ``stats``.
 
-Nothing here prints a payload value: failed rows are shown by id, lane, attempts and error.
+Every command talks to the store through :class:`outbox_core.ports.OperatorStore` (built by
+:func:`operator_store`), never through SQL. ``outbox get`` shows a payload with its secret values
+masked (:meth:`outbox_core.scrub.ScrubRules.redact`); the other commands print no payload value at
+all: failed rows are shown by id, lane, attempts and error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
+import json
 import os
 import socket
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 
 import click
@@ -22,11 +28,28 @@ from outbox_adapters.cli.options import (
     run,
     setting_error,
 )
-from outbox_adapters.postgres import FailedReport, PostgresStore
+from outbox_adapters.postgres import PostgresStore
 from outbox_core.delivery import Status
-from outbox_core.ports import RequeueRequest, RequeueResult
+from outbox_core.operator import FailedReport, LaneStats, StoredRow
+from outbox_core.ports import OperatorStore, RequeueRequest, RequeueResult
+from outbox_core.scrub import DEFAULT_SECRET_KEYS, ScrubRules
 
-__all__ = ["failed_command", "requeue_command", "stats_command"]
+__all__ = [
+    "failed_command",
+    "get_command",
+    "operator_store",
+    "requeue_command",
+    "shown_row",
+    "stats_command",
+    "stats_table",
+]
+
+
+@contextlib.asynccontextmanager
+async def operator_store(database_url: str) -> AsyncIterator[OperatorStore]:
+    """The store the operator commands use, on a small pool closed afterwards."""
+    async with connection_pool(database_url) as pool:
+        yield PostgresStore(pool)
 
 
 def _when(moment: datetime | None) -> str:
@@ -48,8 +71,8 @@ def failed_command(database_url: str, lane: str | None, limit: int) -> None:
     """Failed rows, grouped by error, then the newest ones (ids, never payload values)."""
 
     async def read() -> FailedReport:
-        async with connection_pool(database_url) as pool:
-            return await PostgresStore(pool).list_failed(lane=lane, limit=limit)
+        async with operator_store(database_url) as store:
+            return await store.list_failed(lane=lane, limit=limit)
 
     report = run(read())
     if not report.by_error:
@@ -176,8 +199,8 @@ def requeue_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     )
 
     async def requeue() -> RequeueResult:
-        async with connection_pool(database_url) as pool:
-            return await PostgresStore(pool).requeue_failed(request)
+        async with operator_store(database_url) as store:
+            return await store.requeue_failed(request)
 
     result = run(requeue())
     if result.requeued:
@@ -191,22 +214,86 @@ def requeue_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         raise Failure(f"{len(result.refused)} row(s) refused")
 
 
+def stats_table(stats: Mapping[str, LaneStats]) -> list[str]:
+    """``outbox stats``'s lines: one per lane, rows per status, then the stale marks."""
+    if not stats:
+        return ["the outbox is empty"]
+    width = max(12, *(len(lane) for lane in stats))
+    header = f"{'lane':<{width}}" + "".join(f"  {status.value:>10}" for status in Status)
+    lines = [header + f"  {'stale marks':>11}"]
+    for lane, lane_stats in sorted(stats.items()):
+        rows = lane_stats.rows
+        lines.append(
+            f"{lane:<{width}}"
+            + "".join(f"  {rows.get(status, 0):>10}" for status in Status)
+            + f"  {lane_stats.stale_marks:>11}"
+        )
+    return lines
+
+
 @click.command("stats")
 @database_url()
 def stats_command(database_url: str) -> None:
-    """Rows per lane and status."""
+    """Rows per lane and status, and the marks the fence refused (stale marks) per lane."""
 
-    async def counts() -> dict[str, dict[Status, int]]:
-        async with connection_pool(database_url) as pool:
-            return await PostgresStore(pool).counts()
+    async def read() -> Mapping[str, LaneStats]:
+        async with operator_store(database_url) as store:
+            return await store.lane_stats()
 
-    result = run(counts())
-    if not result:
-        click.echo("the outbox is empty")
-        return
-    width = max(12, *(len(lane) for lane in result))
-    click.echo(f"{'lane':<{width}}" + "".join(f"  {status.value:>10}" for status in Status))
-    for lane, by_status in sorted(result.items()):
-        click.echo(
-            f"{lane:<{width}}" + "".join(f"  {by_status.get(status, 0):>10}" for status in Status)
-        )
+    for line in stats_table(run(read())):
+        click.echo(line)
+
+
+def shown_row(row: StoredRow, rules: ScrubRules) -> list[str]:
+    """``outbox get``'s lines: the row's columns, then its payload with secret values masked.
+
+    A payload that can't be decoded (a poison row) is not shown at all: it could hold anything.
+    """
+    lines = [
+        f"id:              {row.id}",
+        f"lane:            {row.lane}",
+        f"status:          {row.status.value}",
+        f"attempts:        {row.attempts}",
+        f"next attempt at: {_when(row.next_attempt_at)}",
+        f"claimed at:      {_when(row.claimed_at)}",
+        f"last error:      {row.last_error or '-'}",
+        f"idempotency key: {row.idempotency_key or '-'}",
+        f"created at:      {_when(row.created_at)}",
+        f"updated at:      {_when(row.updated_at)}",
+        f"resolved at:     {_when(row.resolved_at)}",
+        f"scrubbed at:     {_when(row.scrubbed_at)}",
+    ]
+    if isinstance(row.payload, str):
+        lines.append("payload:         (cannot be decoded; not shown)")
+    else:
+        shown = json.dumps(rules.redact(row.payload), indent=2, ensure_ascii=False, default=str)
+        lines.append("payload (secret values masked):")
+        lines.extend(f"  {line}" for line in shown.splitlines())
+    return lines
+
+
+@click.command("get")
+@click.argument("row_id", type=click.IntRange(min=1))
+@database_url()
+@option(
+    "--secret-key",
+    "secret_keys",
+    env="OUTBOX_SECRET_KEYS",
+    multiple=True,
+    metavar="KEY",
+    help="A payload key whose value is masked, besides the default secret keys"
+    f" ({', '.join(sorted(DEFAULT_SECRET_KEYS))}). Repeat for more.",
+)
+def get_command(row_id: int, database_url: str, secret_keys: tuple[str, ...]) -> None:
+    """One row: its columns and its payload, secret values masked. Exit 1 if there is no such row."""
+    rules = ScrubRules(DEFAULT_SECRET_KEYS | frozenset(secret_keys))
+
+    async def read() -> StoredRow | None:
+        async with operator_store(database_url) as store:
+            return await store.get(row_id)
+
+    row = run(read())
+    if row is None:
+        raise Failure(f"no row {row_id}")
+    for line in shown_row(row, rules):
+        click.echo(line)

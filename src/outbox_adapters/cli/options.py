@@ -17,7 +17,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from outbox_core.errors import ConfigurationError
+from outbox_core.errors import ConfigurationError, StoreUnavailable
 from outbox_core.ports import Encryptor
 
 __all__ = [
@@ -104,9 +104,12 @@ def lane_option(default: str | None, help_text: str) -> Callable[[F], F]:
 
 @contextlib.contextmanager
 def database_errors() -> Iterator[None]:
-    """psycopg's failures as one line each; anything else is a bug and keeps its traceback."""
+    """psycopg's failures (and the stores' ``StoreUnavailable``) as one line each; anything else
+    is a bug and keeps its traceback."""
     try:
         yield
+    except StoreUnavailable as exc:
+        raise Failure(f"cannot use the database (--database-url): {exc}") from None
     except psycopg.errors.UndefinedTable:
         raise Failure("the outbox tables are missing: run `outbox schema apply`") from None
     except psycopg.OperationalError as exc:

@@ -11,11 +11,14 @@ module                 holds
 :mod:`.leader`         :class:`MemoryLeaderLease`, the per-lane leader lease
 :mod:`.recording`      :class:`RecordingMailer` and :class:`RecordingHandler`, peers that record
                        every call and return scripted outcomes
+:mod:`.operator`       the store's operator side (get, failed, stats, payload rewrite)
+:mod:`.rows`           the stored row and the pure rules applied to it (scrub, requeue filter)
 :mod:`.stamps`         the time a write is stamped with (the caller's ``now`` or the clock's)
 =====================  ==========================================================================
 
 The value types the store answers with (:class:`StoredRow`, :class:`FailedReport`, ...) are the
-PostgreSQL store's, from :mod:`outbox_adapters.records`; they are re-exported here.
+core's, from :mod:`outbox_core.operator`; they are re-exported here. ``MemoryStore.available =
+False`` simulates an outage: every operation raises :class:`~outbox_core.errors.StoreUnavailable`.
 """
 
 from outbox_adapters.memory.leader import MemoryLeaderLease
@@ -27,12 +30,13 @@ from outbox_adapters.memory.recording import (
     Scripted,
 )
 from outbox_adapters.memory.store import MemoryStore
-from outbox_adapters.records import (
-    MAX_PAYLOAD_BYTES,
-    NO_SUCH_ROW,
+from outbox_adapters.store_rules import MAX_PAYLOAD_BYTES, NO_SUCH_ROW
+from outbox_core.operator import (
     AuditEntry,
     ErrorGroup,
     FailedReport,
+    LaneStats,
+    PayloadRewrites,
     StoredRow,
     StoreStats,
 )
@@ -44,9 +48,11 @@ __all__ = [
     "ErrorGroup",
     "FailedReport",
     "HandlerCall",
+    "LaneStats",
     "MailAttempt",
     "MemoryLeaderLease",
     "MemoryStore",
+    "PayloadRewrites",
     "RecordingHandler",
     "RecordingMailer",
     "Scripted",

@@ -6,15 +6,19 @@ Each operation does what the PostgreSQL statement of the same name does, and the
 (``tests/contract``) runs the same cases against both:
 
 - ``enqueue`` refuses the payloads PostgreSQL's enqueue refuses (the one rule,
-  :func:`outbox_adapters.records.payload_json`), stores what JSON keeps, and honours the per-lane
+  :func:`outbox_adapters.store_rules.payload_json`), stores what JSON keeps, and honours the per-lane
   idempotency key;
 - ``claim_due`` takes the due rows of a lane in (due time, id) order, counts the attempt, stamps the
   lease and the token, and decodes each payload by the core's rule
   (:func:`~outbox_core.payload.decode_payload`): a row that can't be decoded comes back with its
   stored text instead of failing the claim; ``mark_if_pending`` and ``release`` are fenced
-  compare-and-sets with :func:`outbox_core.lease.fence_admits`, the scrub in the same step;
+  compare-and-sets with :func:`outbox_core.lease.fence_admits`, the scrub in the same step; a retry
+  is due ``its delay`` after the mark by this store's clock (PostgreSQL: ``now() + delay``); a
+  stale mark is counted for its row's lane (``lane_stats``) and not logged;
   ``requeue_failed`` judges each row with :func:`outbox_core.delivery.check_requeue` and writes an
-  audit record.
+  audit record. The operator's reads live in :mod:`.operator`.
+- ``available = False`` simulates an outage: every operation raises
+  :class:`~outbox_core.errors.StoreUnavailable` and touches nothing.
 
 Payloads are kept as JSON text, as PostgreSQL keeps them, so :meth:`MemoryStore.insert_raw` can
 hold what a producer that goes around enqueue writes (a JSON string or number, nesting Python
@@ -41,33 +45,36 @@ import logging
 import threading
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
-
-import attrs
 
 from outbox_adapters.clock import SystemClock
+from outbox_adapters.memory.operator import MemoryOperatorReads
+from outbox_adapters.memory.rows import (
+    NotJsonError,
+    Row,
+    decoded,
+    matches,
+    not_json,
+    scrubbed,
+)
 from outbox_adapters.memory.stamps import stamp
-from outbox_adapters.records import (
+from outbox_adapters.store_rules import (
     NO_SUCH_ROW,
-    AuditEntry,
-    ErrorGroup,
-    FailedReport,
-    StoredRow,
-    StoreStats,
     check_distinct_rows,
     coerce_row_id,
     count_mark,
-    count_marked,
     log_requeued,
     payload_json,
     usable_row_ids,
 )
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.delivery import Status, check_requeue
-from outbox_core.errors import InvalidPayload, RequeueRefused
+from outbox_core.errors import RequeueRefused
 from outbox_core.lease import fence_admits, lease_expires_at
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId, check_lane_name
-from outbox_core.payload import decode_payload
+from outbox_core.operator import (
+    AuditEntry,
+    StoreStats,
+)
 from outbox_core.ports import (
     ClaimRequest,
     Clock,
@@ -82,45 +89,7 @@ __all__ = ["MemoryStore"]
 _log = logging.getLogger(__name__)
 
 
-@attrs.define
-class _Row:
-    id: int
-    lane: str
-    #: The JSON text, as PostgreSQL stores it.
-    payload: str
-    next_attempt_at: datetime
-    idempotency_key: str | None
-    created_at: datetime
-    updated_at: datetime
-    status: Status = Status.PENDING
-    attempts: int = 0
-    claim_token: ClaimToken | None = None
-    claimed_at: datetime | None = None
-    last_error: str | None = None
-    resolved_at: datetime | None = None
-    scrubbed_at: datetime | None = None
-
-    def snapshot(self) -> StoredRow:
-        return StoredRow(
-            id=self.id,
-            lane=self.lane,
-            status=self.status,
-            # As PostgresStore: the decoded object, or the stored text when it can't be decoded.
-            payload=_decoded(self.payload),
-            attempts=self.attempts,
-            next_attempt_at=self.next_attempt_at,
-            claim_token=None if self.claim_token is None else self.claim_token.value,
-            claimed_at=self.claimed_at,
-            last_error=self.last_error,
-            idempotency_key=self.idempotency_key,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            resolved_at=self.resolved_at,
-            scrubbed_at=self.scrubbed_at,
-        )
-
-
-class MemoryStore:
+class MemoryStore(MemoryOperatorReads):
     """:class:`outbox_core.ports.OutboxStore` in memory, with PostgresStore's semantics.
 
     ``clock`` supplies the time wherever PostgreSQL would use its own ``now()`` (a
@@ -131,7 +100,7 @@ class MemoryStore:
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
         self._lock = threading.Lock()
-        self._rows: dict[int, _Row] = {}
+        self._rows: dict[int, Row] = {}
         self._keys: dict[tuple[str, str], int] = {}
         self._next_id = 1
         #: Counters since the store was built.
@@ -139,6 +108,12 @@ class MemoryStore:
         #: One entry per requeued row, oldest first (PostgreSQL: ``outbox_requeue_audit``).
         self.audit: list[AuditEntry] = []
         self._wakeups = WakeupHub()
+        #: Stale marks per lane (PostgreSQL: ``outbox_stale_marks``).
+        self._stale: dict[str, int] = {}
+        #: Switch it off to simulate an outage: every operation then raises
+        #: :class:`~outbox_core.errors.StoreUnavailable`, as PostgresStore does when the database
+        #: can't be reached, and nothing is read or written.
+        self.available = True
 
     # --- producer ---------------------------------------------------------------------------------
 
@@ -147,6 +122,7 @@ class MemoryStore:
 
         Refuses a payload PostgreSQL's enqueue refuses (:class:`InvalidPayload`), before writing.
         """
+        self._check_available("enqueue")
         return self._write(
             message.lane,
             payload_json(message.payload),
@@ -163,8 +139,8 @@ class MemoryStore:
         Text that is not JSON at all is refused (``ValueError``), as PostgreSQL's ``jsonb`` is.
         """
         try:
-            json.loads(text, parse_constant=_not_json)
-        except (json.JSONDecodeError, _NotJsonError) as exc:
+            json.loads(text, parse_constant=not_json)
+        except (json.JSONDecodeError, NotJsonError) as exc:
             raise ValueError(f"the payload text is not JSON ({exc})") from None
         except (RecursionError, ValueError):
             pass  # JSON Python can't read (too deep, too many digits): what this method is for
@@ -183,7 +159,7 @@ class MemoryStore:
             if key is not None and (lane, key) in self._keys:
                 return EnqueueResult(row_id=self._keys[lane, key], created=False)
             at = stamp(self._clock, now)
-            row = _Row(
+            row = Row(
                 id=self._next_id,
                 lane=lane,
                 payload=payload,
@@ -209,6 +185,7 @@ class MemoryStore:
 
     async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
         await asyncio.sleep(0)
+        self._check_available("claim_due")
         with self._lock:
             now = self._clock.now() if request.now is None else request.now
             due = sorted(
@@ -233,7 +210,7 @@ class MemoryStore:
                     ClaimedRow(
                         id=row.id,
                         lane=row.lane,
-                        payload=_decoded(row.payload),
+                        payload=decoded(row.payload),
                         attempts=row.attempts,
                         token=request.token,
                         lease_expires_at=expires,
@@ -245,11 +222,13 @@ class MemoryStore:
 
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
         await asyncio.sleep(0)
+        self._check_available("mark_if_pending")
         with self._lock:
             return self._apply(mark)
 
     async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:
         await asyncio.sleep(0)
+        self._check_available("mark_many")
         check_distinct_rows(marks)
         with self._lock:  # one step for the lot, as one statement is on PostgreSQL
             return [self._apply(mark) for mark in marks]
@@ -261,8 +240,9 @@ class MemoryStore:
             now = self._clock.now()
             row.status = mark.status
             row.last_error = mark.reason
-            if mark.next_attempt_at is not None:
-                row.next_attempt_at = mark.next_attempt_at
+            if mark.retry_delay is not None:
+                # In the store's clock, as PostgreSQL stamps now() + delay (not the worker's).
+                row.next_attempt_at = now + mark.retry_delay
             if mark.status is Status.PENDING:
                 # A retry ends the claim: no later mark of it can land.
                 row.resolved_at = None
@@ -271,16 +251,20 @@ class MemoryStore:
                 # A resolved row keeps its token: the record of which claim resolved it.
                 row.resolved_at = now
             # The scrub, in the same step as the status change (catalogue C6).
-            row.payload = _scrubbed(row.payload, mark.scrub_keys)
+            row.payload = scrubbed(row.payload, mark.scrub_keys)
             if mark.status in (Status.DISPATCHED, Status.SKIPPED):
                 row.scrubbed_at = now
             row.updated_at = now
-        return count_marked(self.stats, _log, applied=row is not None, mark=mark)
+        elif (known := self._rows.get(coerce_row_id(mark.row_id))) is not None:
+            # PostgreSQL's MARK counts a stale mark for the lane of the row it found.
+            self._stale[known.lane] = self._stale.get(known.lane, 0) + 1
+        return count_mark(self.stats, applied=row is not None)
 
     async def release(
         self, row_id: RowId, token: ClaimToken, *, now: datetime | None = None
     ) -> MarkResult:
         await asyncio.sleep(0)
+        self._check_available("release")
         with self._lock:
             row = self._fenced_row(row_id, token)
             if row is not None:
@@ -289,10 +273,11 @@ class MemoryStore:
                 row.claim_token = None
                 row.claimed_at = None
                 row.updated_at = self._clock.now()
-            return self._result(row is not None, row_id, "release")
+            return count_mark(self.stats, applied=row is not None)
 
     async def requeue_failed(self, request: RequeueRequest) -> RequeueResult:
         await asyncio.sleep(0)
+        self._check_available("requeue_failed")
         refused: dict[RowId, str] = {}
         with self._lock:
             if request.row_ids is not None:
@@ -301,7 +286,7 @@ class MemoryStore:
                 refused.update({wanted[i]: NO_SUCH_ROW for i in wanted if i not in self._rows})
             else:
                 wanted = {}
-                candidates = [row for row in self._by_id() if _matches(row, request)]
+                candidates = [row for row in self._by_id() if matches(row, request)]
             requeued: list[RowId] = []
             for row in candidates:
                 try:
@@ -314,52 +299,9 @@ class MemoryStore:
         log_requeued(_log, requeued, request.actor)
         return RequeueResult(requeued=tuple(requeued), refused=refused)
 
-    # --- operator reads ---------------------------------------------------------------------------
-
-    async def get(self, row_id: RowId) -> StoredRow | None:
-        """One row, or ``None``. The payload is raw: redact before showing it."""
-        with self._lock:
-            row = self._rows.get(coerce_row_id(row_id))
-            return None if row is None else row.snapshot()
-
-    async def list_failed(self, lane: str | None = None, limit: int = 100) -> FailedReport:
-        """The ``limit`` newest failed rows, and all failed rows grouped by error."""
-        with self._lock:
-            failed = [
-                row.snapshot()
-                for row in self._by_id()
-                if row.status is Status.FAILED and (lane is None or row.lane == lane)
-            ]
-        # PostgreSQL: ORDER BY resolved_at DESC, id DESC (a NULL would sort first).
-        newest = sorted(failed, key=_failed_order, reverse=True)
-        groups: dict[str | None, list[StoredRow]] = {}
-        for row in failed:
-            groups.setdefault(row.last_error, []).append(row)
-        by_error = [_error_group(error, rows) for error, rows in groups.items()]
-        # PostgreSQL: ORDER BY count(*) DESC, last_error (a NULL sorts last).
-        by_error.sort(key=lambda g: (-g.rows, g.error is None, g.error or ""))
-        return FailedReport(rows=tuple(newest[:limit]), by_error=tuple(by_error))
-
-    async def counts(self) -> dict[str, dict[Status, int]]:
-        """Rows per lane and status, e.g. ``{"email": {Status.PENDING: 3, ...}}``."""
-        result: dict[str, dict[Status, int]] = {}
-        with self._lock:
-            for row in self._by_id():
-                lane = result.setdefault(row.lane, {})
-                lane[row.status] = lane.get(row.status, 0) + 1
-        return result
-
-    def rows(self, lane: str | None = None) -> list[StoredRow]:
-        """Every row (of ``lane``), oldest first: what a host's test asserts it enqueued."""
-        with self._lock:
-            return [row.snapshot() for row in self._by_id() if lane is None or row.lane == lane]
-
     # --- helpers ----------------------------------------------------------------------------------
 
-    def _by_id(self) -> list[_Row]:
-        return [self._rows[i] for i in sorted(self._rows)]
-
-    def _fenced_row(self, row_id: RowId, token: ClaimToken) -> _Row | None:
+    def _fenced_row(self, row_id: RowId, token: ClaimToken) -> Row | None:
         """The row, if the fence admits a write under ``token``; else ``None``."""
         row = self._rows.get(coerce_row_id(row_id))
         if row is None or not fence_admits(
@@ -368,10 +310,7 @@ class MemoryStore:
             return None
         return row
 
-    def _result(self, applied: bool, row_id: RowId, what: str) -> MarkResult:  # noqa: FBT001
-        return count_mark(self.stats, _log, applied=applied, row_id=row_id, what=what)
-
-    def _requeue(self, row: _Row, actor: str) -> None:
+    def _requeue(self, row: Row, actor: str) -> None:
         now = self._clock.now()
         self.audit.append(
             AuditEntry(
@@ -390,66 +329,3 @@ class MemoryStore:
         row.last_error = None
         row.resolved_at = None
         row.updated_at = now
-
-
-class _NotJsonError(Exception):
-    """NaN and Infinity: Python's json reads them, JSON (and PostgreSQL) has no such values."""
-
-
-def _not_json(name: str) -> object:
-    raise _NotJsonError(name)
-
-
-def _decoded(text: str) -> dict[str, Any] | str:
-    """What PostgresStore.claim_due hands out: the decoded payload, or its text."""
-    try:
-        return decode_payload(text)
-    except InvalidPayload:
-        return text
-
-
-def _scrubbed(text: str, keys: frozenset[str]) -> str:
-    """``payload - keys`` for an object (PostgreSQL's MARK); anything else is kept as it is."""
-    if not keys:
-        return text
-    try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError):
-        return text  # see the module docstring: PostgreSQL would still scrub this one
-    if not isinstance(obj, dict):
-        return text
-    kept = {key: value for key, value in obj.items() if key not in keys}
-    return json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
-
-
-def _matches(row: _Row, request: RequeueRequest) -> bool:
-    """The requeue filter: failed rows matching every filter given (``None`` = any); a row with
-    no value for a filtered column does not match it, as SQL's NULL comparisons don't."""
-    failed_at = row.resolved_at
-    if row.status is not Status.FAILED:
-        return False
-    if request.lane is not None and row.lane != request.lane:
-        return False
-    if request.failed_since is not None and (failed_at is None or failed_at < request.failed_since):
-        return False
-    if request.failed_before is not None and (
-        failed_at is None or failed_at >= request.failed_before
-    ):
-        return False
-    return request.error_contains is None or (
-        row.last_error is not None and request.error_contains in row.last_error
-    )
-
-
-def _failed_order(row: StoredRow) -> tuple[bool, datetime, int]:
-    return (row.resolved_at is None, row.resolved_at or row.created_at, row.id)
-
-
-def _error_group(error: str | None, rows: list[StoredRow]) -> ErrorGroup:
-    times = [row.resolved_at for row in rows if row.resolved_at is not None]
-    return ErrorGroup(
-        error=error,
-        rows=len(rows),
-        first_failed_at=min(times, default=None),
-        last_failed_at=max(times, default=None),
-    )

@@ -1,5 +1,6 @@
-"""PostgreSQL adapters: tables, the store, enqueue on the host's transaction, the leader lease,
-the LISTEN/NOTIFY wake-up listener.
+"""PostgreSQL adapters: tables (``queue_table()`` builds any queue-shaped table), the store (one per
+queue table), enqueue on the host's transaction, the leader lease, the LISTEN/NOTIFY wake-up
+listener, and the one mapping of psycopg's outage errors to ``StoreUnavailable``.
 
 Needs the ``postgres`` extra (psycopg 3 + psycopg_pool, SQLAlchemy Core).
 """
@@ -11,39 +12,35 @@ from outbox_adapters.postgres.enqueue import (
     enqueue,
     enqueue_async,
 )
+from outbox_adapters.postgres.errors import as_unavailable
 from outbox_adapters.postgres.leader import PostgresLeaderLease
 from outbox_adapters.postgres.notify import WAKEUP_CHANNEL, WakeupListener
-from outbox_adapters.postgres.store import (
-    ErrorGroup,
-    FailedReport,
-    PostgresStore,
-    StoredRow,
-    StoreStats,
-)
+from outbox_adapters.postgres.store import PostgresStore
 from outbox_adapters.postgres.tables import (
     metadata,
     outbox_leader,
     outbox_message,
     outbox_requeue_audit,
+    outbox_stale_marks,
+    queue_table,
 )
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
     "WAKEUP_CHANNEL",
-    "ErrorGroup",
-    "FailedReport",
     "PostgresLeaderLease",
     "PostgresStore",
-    "StoreStats",
-    "StoredRow",
     "TransactionRequired",
     "WakeupListener",
+    "as_unavailable",
     "enqueue",
     "enqueue_async",
     "metadata",
     "outbox_leader",
     "outbox_message",
     "outbox_requeue_audit",
+    "outbox_stale_marks",
+    "queue_table",
     "schema",
     "statements",
 ]

@@ -20,7 +20,7 @@ handle                                       call                   "in a transa
 A psycopg connection in autocommit mode *inside* ``with conn.transaction():`` is accepted: that block
 is a real transaction (BEGIN ... COMMIT), and it is psycopg's recommended style.
 
-The payload is checked by the core's rule (:func:`outbox_adapters.records.payload_json`: a JSON
+The payload is checked by the core's rule (:func:`outbox_adapters.store_rules.payload_json`: a JSON
 object of JSON types, within the size cap) before anything is written, so a bad message raises
 :class:`~outbox_core.errors.InvalidPayload` where the host can catch it, and the host's transaction
 is left untouched.
@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from psycopg import pq
-from sqlalchemy import Connection, Insert, Select, func, select
+from sqlalchemy import Connection, Insert, Select, Table, func, select
 from sqlalchemy import insert as generic_insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from outbox_adapters.postgres import statements
-from outbox_adapters.postgres.tables import outbox_message
-from outbox_adapters.records import MAX_PAYLOAD_BYTES, payload_json
+from outbox_adapters.postgres.tables import check_queue_table, outbox_message
+from outbox_adapters.store_rules import MAX_PAYLOAD_BYTES, payload_json
 from outbox_core.errors import OutboxError
 from outbox_core.messages import NewMessage
 from outbox_core.ports import EnqueueResult
@@ -101,28 +101,33 @@ def _check_psycopg(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any])
 
 
 def _enqueue_psycopg(
-    conn: psycopg.Connection[Any], message: NewMessage, payload: str, *, notify: bool
+    conn: psycopg.Connection[Any], message: NewMessage, payload: str, *, notify: bool, table: Table
 ) -> tuple[int, bool]:
     params = _params(message, payload, notify=notify)
     with conn.cursor() as cur:
-        cur.execute(statements.ENQUEUE, params)
+        cur.execute(statements.render(statements.ENQUEUE, table), params)
         row = cur.fetchone()
         if row is not None:
             return int(row[0]), True
-        cur.execute(statements.ENQUEUE_EXISTING, params)
+        cur.execute(statements.render(statements.ENQUEUE_EXISTING, table), params)
         return _existing(cur.fetchone(), message), False
 
 
 async def _enqueue_psycopg_async(
-    conn: psycopg.AsyncConnection[Any], message: NewMessage, payload: str, *, notify: bool
+    conn: psycopg.AsyncConnection[Any],
+    message: NewMessage,
+    payload: str,
+    *,
+    notify: bool,
+    table: Table,
 ) -> tuple[int, bool]:
     params = _params(message, payload, notify=notify)
     async with conn.cursor() as cur:
-        await cur.execute(statements.ENQUEUE, params)
+        await cur.execute(statements.render(statements.ENQUEUE, table), params)
         row = await cur.fetchone()
         if row is not None:
             return int(row[0]), True
-        await cur.execute(statements.ENQUEUE_EXISTING, params)
+        await cur.execute(statements.render(statements.ENQUEUE_EXISTING, table), params)
         return _existing(await cur.fetchone(), message), False
 
 
@@ -151,7 +156,7 @@ def _autocommits(conn: Connection) -> bool:
         return False
 
 
-def _sqlalchemy_insert(conn: Connection, message: NewMessage, payload: str) -> Insert:
+def _sqlalchemy_insert(conn: Connection, message: NewMessage, payload: str, table: Table) -> Insert:
     values = {
         "lane": message.lane,
         # The validated text, decoded again: what is stored is exactly what was checked.
@@ -159,30 +164,30 @@ def _sqlalchemy_insert(conn: Connection, message: NewMessage, payload: str) -> I
         "idempotency_key": message.idempotency_key,
         "next_attempt_at": message.not_before if message.not_before is not None else func.now(),
     }
-    key = outbox_message.c.idempotency_key
-    returning = outbox_message.c.id
+    key = table.c.idempotency_key
+    returning = table.c.id
     if conn.dialect.name == "postgresql":
         return (
-            postgresql.insert(outbox_message)
+            postgresql.insert(table)
             .values(values)
             .on_conflict_do_nothing(index_elements=["lane", key], index_where=key.is_not(None))
             .returning(returning)
         )
     if conn.dialect.name == "sqlite":
         return (
-            sqlite.insert(outbox_message)
+            sqlite.insert(table)
             .values(values)
             .on_conflict_do_nothing(index_elements=["lane", key], index_where=key.is_not(None))
             .returning(returning)
         )
     # Other dialects have no ON CONFLICT: a duplicate key raises IntegrityError from the index.
-    return generic_insert(outbox_message).values(values).returning(returning)
+    return generic_insert(table).values(values).returning(returning)
 
 
 def _sqlalchemy_enqueue(
-    conn: Connection, message: NewMessage, payload: str, *, notify: bool
+    conn: Connection, message: NewMessage, payload: str, *, notify: bool, table: Table
 ) -> Insert | Select[tuple[int, Any]]:
-    insert = _sqlalchemy_insert(conn, message, payload)
+    insert = _sqlalchemy_insert(conn, message, payload, table)
     if not notify or conn.dialect.name != "postgresql":
         return insert  # other dialects have no LISTEN/NOTIFY: their workers poll
     # statements.ENQUEUE's shape: the notification comes from the INSERT's own statement, once per
@@ -191,34 +196,36 @@ def _sqlalchemy_enqueue(
     return select(created.c.id, func.pg_notify(statements.WAKEUP_CHANNEL, message.lane))
 
 
-def _existing_select(message: NewMessage) -> Any:  # noqa: ANN401 - a Select of one column
-    return select(outbox_message.c.id).where(
-        outbox_message.c.lane == message.lane,
-        outbox_message.c.idempotency_key == message.idempotency_key,
+def _existing_select(message: NewMessage, table: Table) -> Any:  # noqa: ANN401 - one column
+    return select(table.c.id).where(
+        table.c.lane == message.lane,
+        table.c.idempotency_key == message.idempotency_key,
     )
 
 
 def _enqueue_sqlalchemy(
-    conn: Connection, message: NewMessage, payload: str, *, notify: bool
+    conn: Connection, message: NewMessage, payload: str, *, notify: bool, table: Table
 ) -> tuple[int, bool]:
     _check_sqlalchemy(conn)
-    row = conn.execute(_sqlalchemy_enqueue(conn, message, payload, notify=notify)).first()
+    statement = _sqlalchemy_enqueue(conn, message, payload, notify=notify, table=table)
+    row = conn.execute(statement).first()
     if row is not None:
         return int(row[0]), True
-    return _existing(conn.execute(_existing_select(message)).first(), message), False
+    return _existing(conn.execute(_existing_select(message, table)).first(), message), False
 
 
 async def _enqueue_sqlalchemy_async(
-    conn: AsyncConnection, message: NewMessage, payload: str, *, notify: bool
+    conn: AsyncConnection, message: NewMessage, payload: str, *, notify: bool, table: Table
 ) -> tuple[int, bool]:
     sync = conn.sync_connection
     if sync is None:  # pragma: no cover - in_transaction() was checked, so it has started
         raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
     _check_sqlalchemy(sync)
-    row = (await conn.execute(_sqlalchemy_enqueue(sync, message, payload, notify=notify))).first()
+    statement = _sqlalchemy_enqueue(sync, message, payload, notify=notify, table=table)
+    row = (await conn.execute(statement)).first()
     if row is not None:
         return int(row[0]), True
-    existing = (await conn.execute(_existing_select(message))).first()
+    existing = (await conn.execute(_existing_select(message, table))).first()
     return _existing(existing, message), False
 
 
@@ -246,7 +253,9 @@ def _async_sqlalchemy() -> tuple[type[Any], type[Any]] | None:
     return module.AsyncConnection, module.AsyncSession
 
 
-def enqueue(handle: object, message: NewMessage, *, notify: bool = True) -> EnqueueResult:
+def enqueue(
+    handle: object, message: NewMessage, *, notify: bool = True, table: Table = outbox_message
+) -> EnqueueResult:
     """Write ``message`` in the open transaction of ``handle``; never commits.
 
     ``handle`` is a ``psycopg.Connection``, a ``sqlalchemy.Connection`` or a
@@ -256,20 +265,24 @@ def enqueue(handle: object, message: NewMessage, *, notify: bool = True) -> Enqu
     With ``notify`` (the default) a created row also sends ``NOTIFY outbox_wakeup, '<lane>'`` in
     the same transaction, so a :class:`~outbox_adapters.postgres.notify.WakeupListener` wakes the
     lane's worker as soon as the host commits; ``notify=False`` leaves the row to the poll.
+
+    ``table`` is the queue table to write to (default ``outbox_message``; any table built by
+    ``queue_table()``, whose own extra columns keep their defaults).
     """
+    check_queue_table(table)
     payload = payload_json(message.payload)
     if isinstance(handle, psycopg.Connection):
         _check_psycopg(handle)
-        row_id, created = _enqueue_psycopg(handle, message, payload, notify=notify)
+        row_id, created = _enqueue_psycopg(handle, message, payload, notify=notify, table=table)
     elif isinstance(handle, Connection):
         if not handle.in_transaction():
             raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
-        row_id, created = _enqueue_sqlalchemy(handle, message, payload, notify=notify)
+        row_id, created = _enqueue_sqlalchemy(handle, message, payload, notify=notify, table=table)
     elif isinstance(handle, Session):
         if not handle.in_transaction():
             raise TransactionRequired(f"the SQLAlchemy session has {_NO_TRANSACTION}")
-        conn = handle.connection(bind_arguments={"clause": outbox_message.insert()})
-        row_id, created = _enqueue_sqlalchemy(conn, message, payload, notify=notify)
+        conn = handle.connection(bind_arguments={"clause": table.insert()})
+        row_id, created = _enqueue_sqlalchemy(conn, message, payload, notify=notify, table=table)
     elif isinstance(handle, (psycopg.AsyncConnection, *(_async_sqlalchemy() or ()))):
         raise TypeError(f"{type(handle).__name__} is asynchronous; use `await enqueue_async(...)`")
     else:
@@ -278,26 +291,33 @@ def enqueue(handle: object, message: NewMessage, *, notify: bool = True) -> Enqu
 
 
 async def enqueue_async(
-    handle: object, message: NewMessage, *, notify: bool = True
+    handle: object, message: NewMessage, *, notify: bool = True, table: Table = outbox_message
 ) -> EnqueueResult:
     """:func:`enqueue` for ``psycopg.AsyncConnection`` and SQLAlchemy ``AsyncConnection`` /
     ``AsyncSession``."""
+    check_queue_table(table)
     payload = payload_json(message.payload)
     sa_async = _async_sqlalchemy()
     if isinstance(handle, psycopg.AsyncConnection):
         _check_psycopg(handle)
-        row_id, created = await _enqueue_psycopg_async(handle, message, payload, notify=notify)
+        row_id, created = await _enqueue_psycopg_async(
+            handle, message, payload, notify=notify, table=table
+        )
     elif sa_async is not None and isinstance(handle, sa_async[0]):
         aconn = cast("AsyncConnection", handle)
         if not aconn.in_transaction():
             raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
-        row_id, created = await _enqueue_sqlalchemy_async(aconn, message, payload, notify=notify)
+        row_id, created = await _enqueue_sqlalchemy_async(
+            aconn, message, payload, notify=notify, table=table
+        )
     elif sa_async is not None and isinstance(handle, sa_async[1]):
         asession = cast("AsyncSession", handle)
         if not asession.in_transaction():
             raise TransactionRequired(f"the SQLAlchemy session has {_NO_TRANSACTION}")
-        aconn = await asession.connection(bind_arguments={"clause": outbox_message.insert()})
-        row_id, created = await _enqueue_sqlalchemy_async(aconn, message, payload, notify=notify)
+        aconn = await asession.connection(bind_arguments={"clause": table.insert()})
+        row_id, created = await _enqueue_sqlalchemy_async(
+            aconn, message, payload, notify=notify, table=table
+        )
     elif isinstance(handle, psycopg.Connection | Connection | Session):
         raise TypeError(f"{type(handle).__name__} is synchronous; use `enqueue(...)`")
     else:

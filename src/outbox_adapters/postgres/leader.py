@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Each lane has one row in ``outbox_leader``: who holds it, the term, when the term began and when the
 lease expires, in *database* time. :meth:`~PostgresLeaderLease.try_acquire` is one statement
-(``statements.LEADER_ACQUIRE``): insert the row, or take it over when it is ours (renewal, same
+(``LEADER_ACQUIRE``): insert the row, or take it over when it is ours (renewal, same
 term) or expired (a new term). Re-election is therefore a compare-and-set that the database
 serialises on the row; two candidates can never both get a row back for the same live lease.
 
@@ -31,17 +31,53 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from outbox_adapters.postgres import statements
+from outbox_adapters.postgres.errors import mapped_outages
 from outbox_core.ports import LeaderTerm
 
-__all__ = ["PostgresLeaderLease"]
+__all__ = ["LEADER_ACQUIRE", "LEADER_RELEASE", "PostgresLeaderLease"]
+
+#: Win or renew a lane's leadership in one statement (catalogue A2). The row is taken when it is
+#: ours and still live (renewal: same term, later expiry) or when it has expired (a new term, even
+#: for the same holder: it stopped trusting itself at expiry, so its old term ended). A live lease of
+#: another holder matches nothing and no row comes back. Expiry is in database time.
+LEADER_ACQUIRE = """
+INSERT INTO outbox_leader AS l (lane, holder, term, elected_at, expires_at)
+VALUES (
+    %(lane)s,
+    %(holder)s,
+    1,
+    coalesce(%(now)s::timestamptz, now()),
+    coalesce(%(now)s::timestamptz, now()) + %(ttl)s::interval
+)
+ON CONFLICT (lane) DO UPDATE
+SET term = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > EXCLUDED.elected_at
+                THEN l.term ELSE l.term + 1 END,
+    elected_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > EXCLUDED.elected_at
+                      THEN l.elected_at ELSE EXCLUDED.elected_at END,
+    holder = EXCLUDED.holder,
+    expires_at = EXCLUDED.expires_at
+WHERE l.holder = EXCLUDED.holder
+   OR l.expires_at <= EXCLUDED.elected_at
+RETURNING term
+"""
+
+#: Step down: expire the lease now, only if it is still this holder's term (compare-and-set).
+#: The row stays, so the next winner's term is one higher (terms never repeat in a lane).
+LEADER_RELEASE = """
+UPDATE outbox_leader
+SET expires_at = least(expires_at, coalesce(%(now)s::timestamptz, now()))
+WHERE lane = %(lane)s
+  AND holder = %(holder)s
+  AND term = %(term)s
+"""
 
 
 class PostgresLeaderLease:
     """:class:`outbox_core.ports.LeaderLease` on the ``outbox_leader`` table.
 
     Statements run one at a time on a pooled connection, each its own transaction (autocommit or an
-    explicit one), so the lease works behind transaction-pooling PgBouncer too.
+    explicit one), so the lease works behind transaction-pooling PgBouncer too. An outage raises
+    :class:`~outbox_core.errors.StoreUnavailable` (mapped in :mod:`.errors`, as for the store).
     """
 
     def __init__(
@@ -53,6 +89,7 @@ class PostgresLeaderLease:
         self._pool = pool
         self._monotonic = monotonic
 
+    @mapped_outages
     async def try_acquire(
         self, lane: str, holder: str, *, ttl: timedelta, now: datetime | None = None
     ) -> LeaderTerm | None:
@@ -68,11 +105,11 @@ class PostgresLeaderLease:
         params = {"lane": lane, "holder": holder, "ttl": ttl, "now": now}
         async with self._pool.connection() as conn:
             if conn.autocommit:
-                cur = await conn.execute(statements.LEADER_ACQUIRE, params)
+                cur = await conn.execute(LEADER_ACQUIRE, params)
                 row = await cur.fetchone()
             else:
                 async with conn.transaction():
-                    cur = await conn.execute(statements.LEADER_ACQUIRE, params)
+                    cur = await conn.execute(LEADER_ACQUIRE, params)
                     row = await cur.fetchone()
         if row is None:
             return None
@@ -80,12 +117,13 @@ class PostgresLeaderLease:
             lane=lane, holder=holder, term=int(row[0]), trusted_until=started + ttl.total_seconds()
         )
 
+    @mapped_outages
     async def release(self, term: LeaderTerm, *, now: datetime | None = None) -> None:
         """Expire the lease at once if it is still ``term``; a lost lease is left alone."""
         params = {"lane": term.lane, "holder": term.holder, "term": term.term, "now": now}
         async with self._pool.connection() as conn:
             if conn.autocommit:
-                await conn.execute(statements.LEADER_RELEASE, params)
+                await conn.execute(LEADER_RELEASE, params)
             else:
                 async with conn.transaction():
-                    await conn.execute(statements.LEADER_RELEASE, params)
+                    await conn.execute(LEADER_RELEASE, params)

@@ -36,6 +36,7 @@ from typing import Any, Self
 import psycopg
 
 from outbox_adapters.postgres import statements
+from outbox_adapters.postgres.errors import as_unavailable, is_outage
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.errors import ConfigurationError
 
@@ -117,10 +118,19 @@ class WakeupListener:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect, LISTEN, wake every lane, and keep listening in the background."""
+        """Connect, LISTEN, wake every lane, and keep listening in the background.
+
+        A database that can't be reached raises :class:`~outbox_core.errors.StoreUnavailable`
+        (the driver's error chained); a bad DSN raises the driver's own error.
+        """
         if self._task is not None:
             raise RuntimeError("this WakeupListener has already been started")
-        self._conn = await self._connect()
+        try:
+            self._conn = await self._connect()
+        except Exception as exc:
+            if is_outage(exc):
+                raise as_unavailable(exc, "LISTEN") from exc
+            raise
         self._task = asyncio.create_task(self._run(), name="outbox-wakeup-listener")
 
     async def aclose(self) -> None:
@@ -208,6 +218,10 @@ class WakeupListener:
 
 
 def _why(exc: BaseException) -> str:
-    """``OperationalError: terminating connection ...``; a bare ``TimeoutError`` has no text."""
+    """An outage in the store's words (:func:`~outbox_adapters.postgres.errors.as_unavailable`:
+    the class and SQLSTATE, or libpq's first line); anything else by its class (a bare
+    ``TimeoutError`` has no text)."""
+    if is_outage(exc):
+        return str(as_unavailable(exc, "LISTEN"))
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__

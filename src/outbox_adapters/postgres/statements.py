@@ -1,16 +1,31 @@
-"""Every SQL statement the PostgreSQL store, enqueue and leader lease run, one name each.
+"""Every SQL statement the PostgreSQL store and enqueue run, one name each (the leader lease's two
+are in :mod:`.leader`).
 
 Parameters are psycopg's ``%(name)s``. ``now`` is optional everywhere: ``coalesce(%(now)s, now())``
 uses the database clock in production (one clock for every replica) and lets tests inject a time.
 
-The store reads these names *when it runs them* (``statements.CLAIM``), never copies them at import:
-this module is the seam of the SQL mutation matrix (docs: RELIABILITY.md), which swaps a statement
-for a mutant (``SKIP LOCKED`` removed, the lease stamp dropped, a guard dropped, the scrub dropped)
-and checks that the test locking that mechanism turns red. Each mechanism therefore sits on a line
-of its own, so a mutant is one deleted or edited line.
+The statements on a queue table are *templates*, one per operation for every queue table: ``{queue}``
+stands for the table (quoted by :func:`render` with ``psycopg.sql.Identifier``) and
+``{queue_name}`` for its name as a string literal (the key of its audit and stale-mark rows). Only a
+table built by :func:`outbox_adapters.postgres.tables.queue_table` is rendered, so no free text
+ever reaches a statement.
+
+The store reads these names *when it runs them* (``render(statements.CLAIM, table)``, cached per
+template text and table), never copies them at import: this module is the seam of the SQL mutation
+matrix (docs: RELIABILITY.md), which swaps a template for a mutant (``SKIP LOCKED`` removed, the
+lease stamp dropped, a guard dropped, the scrub dropped) and checks that the test locking that
+mechanism turns red, on whichever table the store runs. Each mechanism therefore sits on a line of
+its own, so a mutant is one deleted or edited line.
 """
 
 from __future__ import annotations
+
+import functools
+
+from psycopg import sql
+from sqlalchemy import Table
+
+from outbox_adapters.postgres.tables import check_queue_table
 
 __all__ = [
     "CLAIM",
@@ -20,8 +35,6 @@ __all__ = [
     "FAILED_BY_ERROR",
     "FAILED_ROWS",
     "GET_ROW",
-    "LEADER_ACQUIRE",
-    "LEADER_RELEASE",
     "LISTEN",
     "MARK",
     "MARK_MANY",
@@ -31,8 +44,28 @@ __all__ = [
     "REQUEUE_CANDIDATES_BY_ID",
     "REWRITE_CANDIDATES",
     "REWRITE_PAYLOADS",
+    "STALE_COUNTS",
     "WAKEUP_CHANNEL",
+    "render",
 ]
+
+
+def render(template: str, table: Table) -> str:
+    """``template`` for ``table`` (a :func:`~outbox_adapters.postgres.tables.queue_table`), its
+    identifiers quoted; :class:`~outbox_core.errors.ConfigurationError` for any other table."""
+    check_queue_table(table)
+    return _render(template, table.schema, table.name)
+
+
+@functools.lru_cache(maxsize=256)
+def _render(template: str, schema: str | None, name: str) -> str:
+    ident = sql.Identifier(schema, name) if schema else sql.Identifier(name)
+    return (
+        sql.SQL(template)  # a template of this module, never user text
+        .format(queue=ident, queue_name=sql.Literal(name), channel=sql.Literal(WAKEUP_CHANNEL))
+        .as_string(None)
+    )
+
 
 # --- producer ------------------------------------------------------------------------------------
 
@@ -46,9 +79,9 @@ WAKEUP_CHANNEL = "outbox_wakeup"
 #: round trip: ``pg_notify`` runs once per row the INSERT created (never on a key conflict), is
 #: delivered only when the host's transaction commits (never on rollback), and PostgreSQL folds
 #: identical notifications of one transaction, so a batch enqueue wakes each lane once.
-ENQUEUE = f"""
+ENQUEUE = """
 WITH created AS (
-    INSERT INTO outbox_message (lane, payload, idempotency_key, next_attempt_at)
+    INSERT INTO {queue} (lane, payload, idempotency_key, next_attempt_at)
     VALUES (
         %(lane)s,
         %(payload)s::jsonb,
@@ -59,20 +92,20 @@ WITH created AS (
     RETURNING id
 )
 SELECT id,
-       CASE WHEN %(notify)s::boolean THEN pg_notify('{WAKEUP_CHANNEL}', %(lane)s) END
+       CASE WHEN %(notify)s::boolean THEN pg_notify({channel}, %(lane)s) END
 FROM created
-"""  # noqa: S608 - built from constants only
+"""
 
 #: The row an earlier enqueue with the same lane and key wrote.
 ENQUEUE_EXISTING = """
-SELECT id FROM outbox_message
+SELECT id FROM {queue}
 WHERE lane = %(lane)s AND idempotency_key = %(idempotency_key)s
 """
 
 # --- worker --------------------------------------------------------------------------------------
 
 #: The wake-up listener's one statement, on its own autocommit connection (postgres/notify.py).
-LISTEN = f"LISTEN {WAKEUP_CHANNEL}"
+LISTEN = f"LISTEN {WAKEUP_CHANNEL}"  # a constant identifier, not a template
 
 #: Claim-lease (ADR-072 decision 1), one short committed transaction:
 #: lock up to ``limit`` due rows of the lane, skipping rows another transaction holds, then count
@@ -85,7 +118,7 @@ LISTEN = f"LISTEN {WAKEUP_CHANNEL}"
 CLAIM = """
 WITH due AS (
     SELECT id, next_attempt_at AS due_at
-    FROM outbox_message
+    FROM {queue}
     WHERE lane = %(lane)s
       AND status = 'pending'
       AND next_attempt_at <= coalesce(%(now)s::timestamptz, now())
@@ -94,7 +127,7 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
-    UPDATE outbox_message AS m
+    UPDATE {queue} AS m
     SET attempts = m.attempts + 1,
         next_attempt_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
         claim_token = %(token)s,
@@ -113,64 +146,101 @@ ORDER BY due_at, id
 #: The fenced compare-and-set mark (ADR-072 decision 3, catalogue C10), one statement = one commit.
 #: Applied only while the row is still pending (status guard) under this claim's token (fence);
 #: zero rows matched means the mark is stale and is dropped.
-#: - a retry (status pending) sets the next due time and ends the claim (token cleared), so no
-#:   later mark of the same claim can land;
+#: - a retry (status pending) sets the next due time IN DATABASE TIME (``now() + retry_delay``: the
+#:   mark carries the delay, not a time read from the worker's clock, like the claim's lease) and
+#:   ends the claim (token cleared), so no later mark of the same claim can land;
 #: - a resolved row (dispatched/skipped/failed) keeps its token as the record of which claim
 #:   resolved it, and gets ``resolved_at``;
 #: - dispatched/skipped marks remove the secret payload keys IN THIS SAME UPDATE (catalogue C6);
 #:   ``scrub_keys`` is empty for the other marks, and a failed row keeps its whole payload. Only
 #:   an object has keys: ``jsonb - text[]`` raises for a string, number or null (even with no
-#:   keys), and a row written around enqueue may hold one, so it must still take its mark.
+#:   keys), and a row written around enqueue may hold one, so it must still take its mark;
+#: - a stale mark bumps the row's lane in ``outbox_stale_marks`` in the same statement (the
+#:   ``stale`` CTE runs only when ``marked`` is empty, and costs nothing otherwise), so
+#:   ``outbox stats`` counts stale marks from every worker without a second round trip.
+#: Returns the id when the mark applied, nothing when it was stale.
 MARK = """
-UPDATE outbox_message
-SET status = %(status)s::text,
-    last_error = %(reason)s::text,
-    next_attempt_at = coalesce(%(next_attempt_at)s::timestamptz, next_attempt_at),
-    resolved_at = CASE WHEN %(status)s::text = 'pending' THEN NULL
-                       ELSE coalesce(%(now)s::timestamptz, now()) END,
-    claim_token = CASE WHEN %(status)s::text = 'pending' THEN NULL ELSE claim_token END,
-    payload = CASE WHEN jsonb_typeof(payload) = 'object'
-                   THEN payload - %(scrub_keys)s::text[] ELSE payload END,
-    scrubbed_at = CASE WHEN %(status)s::text IN ('dispatched', 'skipped')
-                       THEN coalesce(%(now)s::timestamptz, now()) ELSE scrubbed_at END,
-    updated_at = now()
-WHERE id = %(id)s
-  AND status = 'pending'
-  AND claim_token = %(token)s
+WITH marked AS (
+    UPDATE {queue}
+    SET status = %(status)s::text,
+        last_error = %(reason)s::text,
+        next_attempt_at = coalesce(
+            coalesce(%(now)s::timestamptz, now()) + %(retry_delay)s::interval, next_attempt_at
+        ),
+        resolved_at = CASE WHEN %(status)s::text = 'pending' THEN NULL
+                           ELSE coalesce(%(now)s::timestamptz, now()) END,
+        claim_token = CASE WHEN %(status)s::text = 'pending' THEN NULL ELSE claim_token END,
+        payload = CASE WHEN jsonb_typeof(payload) = 'object'
+                       THEN payload - %(scrub_keys)s::text[] ELSE payload END,
+        scrubbed_at = CASE WHEN %(status)s::text IN ('dispatched', 'skipped')
+                           THEN coalesce(%(now)s::timestamptz, now()) ELSE scrubbed_at END,
+        updated_at = now()
+    WHERE id = %(id)s
+      AND status = 'pending'
+      AND claim_token = %(token)s
+    RETURNING id
+),
+stale AS (
+    INSERT INTO outbox_stale_marks AS s (queue, lane, stale_marks, last_stale_at)
+    SELECT {queue_name}, lane, 1, now()
+    FROM {queue}
+    WHERE id = %(id)s AND NOT EXISTS (SELECT FROM marked)
+    ON CONFLICT (queue, lane) DO UPDATE
+    SET stale_marks = s.stale_marks + EXCLUDED.stale_marks, last_stale_at = now()
+)
+SELECT id FROM marked
 """
 
 #: The grouped mark (opt-in, ``LaneConfig.group_marks``): the marks of one window of rows in flight,
 #: ONE statement and one commit, each row still fenced on its own (status guard and its claim's
 #: token), so a mark that lost its row is dropped while the others apply. Same columns as ``MARK``;
-#: the scrub keys are shared by the group (``scrub`` says which rows take them). Returns the ids
-#: that applied.
+#: the scrub keys are shared by the group (``scrub`` says which rows take them), and the stale
+#: ones are counted per lane as by ``MARK``. Returns the ids that applied.
 MARK_MANY = """
-UPDATE outbox_message AS m
-SET status = v.status,
-    last_error = v.reason,
-    next_attempt_at = coalesce(v.next_attempt_at, m.next_attempt_at),
-    resolved_at = CASE WHEN v.status = 'pending' THEN NULL
-                       ELSE coalesce(%(now)s::timestamptz, now()) END,
-    claim_token = CASE WHEN v.status = 'pending' THEN NULL ELSE m.claim_token END,
-    payload = CASE WHEN v.scrub AND jsonb_typeof(m.payload) = 'object'
-                   THEN m.payload - %(scrub_keys)s::text[] ELSE m.payload END,
-    scrubbed_at = CASE WHEN v.status IN ('dispatched', 'skipped')
-                       THEN coalesce(%(now)s::timestamptz, now()) ELSE m.scrubbed_at END,
-    updated_at = now()
-FROM unnest(
-    %(ids)s::bigint[], %(tokens)s::text[], %(statuses)s::text[], %(reasons)s::text[],
-    %(next_attempt_ats)s::timestamptz[], %(scrubs)s::boolean[]
-) AS v(id, token, status, reason, next_attempt_at, scrub)
-WHERE m.id = v.id
-  AND m.status = 'pending'
-  AND m.claim_token = v.token
-RETURNING m.id
+WITH v AS (
+    SELECT *
+    FROM unnest(
+        %(ids)s::bigint[], %(tokens)s::text[], %(statuses)s::text[], %(reasons)s::text[],
+        %(retry_delays)s::interval[], %(scrubs)s::boolean[]
+    ) AS v(id, token, status, reason, retry_delay, scrub)
+),
+marked AS (
+    UPDATE {queue} AS m
+    SET status = v.status,
+        last_error = v.reason,
+        next_attempt_at = coalesce(
+            coalesce(%(now)s::timestamptz, now()) + v.retry_delay, m.next_attempt_at
+        ),
+        resolved_at = CASE WHEN v.status = 'pending' THEN NULL
+                           ELSE coalesce(%(now)s::timestamptz, now()) END,
+        claim_token = CASE WHEN v.status = 'pending' THEN NULL ELSE m.claim_token END,
+        payload = CASE WHEN v.scrub AND jsonb_typeof(m.payload) = 'object'
+                       THEN m.payload - %(scrub_keys)s::text[] ELSE m.payload END,
+        scrubbed_at = CASE WHEN v.status IN ('dispatched', 'skipped')
+                           THEN coalesce(%(now)s::timestamptz, now()) ELSE m.scrubbed_at END,
+        updated_at = now()
+    FROM v
+    WHERE m.id = v.id
+      AND m.status = 'pending'
+      AND m.claim_token = v.token
+    RETURNING m.id
+),
+stale AS (
+    INSERT INTO outbox_stale_marks AS s (queue, lane, stale_marks, last_stale_at)
+    SELECT {queue_name}, q.lane, count(*), now()
+    FROM v JOIN {queue} AS q ON q.id = v.id
+    WHERE v.id NOT IN (SELECT id FROM marked)
+    GROUP BY q.lane
+    ON CONFLICT (queue, lane) DO UPDATE
+    SET stale_marks = s.stale_marks + EXCLUDED.stale_marks, last_stale_at = now()
+)
+SELECT id FROM marked
 """
 
 #: Give back a claimed row that was never started (graceful shutdown): due now, the claim's
 #: attempt refunded, the claim ended. Fenced exactly like a mark.
 RELEASE = """
-UPDATE outbox_message
+UPDATE {queue}
 SET attempts = greatest(attempts - 1, 0),
     next_attempt_at = coalesce(%(now)s::timestamptz, now()),
     claim_token = NULL,
@@ -187,7 +257,7 @@ WHERE id = %(id)s
 #: read what ``check_requeue`` needs. Ids that come back nowhere are unknown.
 REQUEUE_CANDIDATES_BY_ID = """
 SELECT id, status, scrubbed_at IS NOT NULL AS scrubbed
-FROM outbox_message
+FROM {queue}
 WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id
 FOR UPDATE
@@ -196,7 +266,7 @@ FOR UPDATE
 #: Requeue, step 1 (by filter): lock the failed rows that match every filter given (NULL = any).
 REQUEUE_CANDIDATES_BY_FILTER = """
 SELECT id, status, scrubbed_at IS NOT NULL AS scrubbed
-FROM outbox_message
+FROM {queue}
 WHERE status = 'failed'
   AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
   AND (%(failed_since)s::timestamptz IS NULL OR resolved_at >= %(failed_since)s::timestamptz)
@@ -212,12 +282,12 @@ FOR UPDATE
 REQUEUE = """
 WITH previous AS (
     SELECT id, attempts, last_error
-    FROM outbox_message
+    FROM {queue}
     WHERE id = ANY(%(ids)s::bigint[]) AND status = 'failed'
     FOR UPDATE
 ),
 requeued AS (
-    UPDATE outbox_message AS m
+    UPDATE {queue} AS m
     SET status = 'pending',
         attempts = 0,
         next_attempt_at = now(),
@@ -231,8 +301,8 @@ requeued AS (
       AND m.status = 'failed'
     RETURNING m.id, previous.attempts, previous.last_error
 )
-INSERT INTO outbox_requeue_audit (message_id, actor, previous_attempts, previous_error)
-SELECT id, %(actor)s, attempts, last_error FROM requeued
+INSERT INTO outbox_requeue_audit (queue, message_id, actor, previous_attempts, previous_error)
+SELECT {queue_name}, id, %(actor)s, attempts, last_error FROM requeued
 RETURNING message_id
 """
 
@@ -241,7 +311,7 @@ RETURNING message_id
 #: spelt as an OR, so each arm can use its partial index over the few unsent rows.
 REWRITE_CANDIDATES = """
 SELECT id, lane, payload::text AS payload, sha256(convert_to(payload::text, 'UTF8')) AS digest
-FROM outbox_message
+FROM {queue}
 WHERE (status = 'pending' OR status = 'failed')
   AND id > %(after_id)s
   AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
@@ -254,7 +324,7 @@ LIMIT %(limit)s
 #: landed in between (a dispatched row's scrub) changed it, so the rewrite skips that row instead
 #: of writing the scrubbed secrets back.
 REWRITE_PAYLOADS = """
-UPDATE outbox_message AS m
+UPDATE {queue} AS m
 SET payload = r.payload::jsonb,
     updated_at = now()
 FROM unnest(%(ids)s::bigint[], %(digests)s::bytea[], %(payloads)s::text[])
@@ -271,69 +341,42 @@ _ROW_COLUMNS = """
 """
 
 #: One row by id.
-GET_ROW = f"SELECT {_ROW_COLUMNS} FROM outbox_message WHERE id = %(id)s"  # noqa: S608 - constant
+GET_ROW = "SELECT" + _ROW_COLUMNS + "FROM {queue} WHERE id = %(id)s"
 
 #: The most recent failed rows (of one lane, or of all), newest failure first.
-FAILED_ROWS = f"""
-SELECT {_ROW_COLUMNS}
-FROM outbox_message
+FAILED_ROWS = (
+    "SELECT"
+    + _ROW_COLUMNS
+    + """FROM {queue}
 WHERE status = 'failed' AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
 ORDER BY resolved_at DESC, id DESC
 LIMIT %(limit)s
-"""  # noqa: S608 - built from constants only
+"""
+)
 
 #: Failed rows grouped by error: what broke, how often, over what time span.
 FAILED_BY_ERROR = """
 SELECT last_error AS error, count(*) AS rows, min(resolved_at) AS first_failed_at,
        max(resolved_at) AS last_failed_at
-FROM outbox_message
+FROM {queue}
 WHERE status = 'failed' AND (%(lane)s::text IS NULL OR lane = %(lane)s::text)
 GROUP BY last_error
 ORDER BY count(*) DESC, last_error
+"""
+
+#: Stale marks per lane of this queue table (``outbox stats``): what MARK and MARK_MANY counted.
+STALE_COUNTS = """
+SELECT lane, stale_marks
+FROM outbox_stale_marks
+WHERE queue = {queue_name}
+ORDER BY lane
 """
 
 #: Rows per lane and status (``outbox stats``). Counts the whole history: an operator command, not
 #: something to poll.
 COUNTS = """
 SELECT lane, status, count(*) AS rows
-FROM outbox_message
+FROM {queue}
 GROUP BY lane, status
 ORDER BY lane, status
-"""
-
-# --- leader lease --------------------------------------------------------------------------------
-
-#: Win or renew a lane's leadership in one statement (catalogue A2). The row is taken when it is
-#: ours and still live (renewal: same term, later expiry) or when it has expired (a new term, even
-#: for the same holder: it stopped trusting itself at expiry, so its old term ended). A live lease of
-#: another holder matches nothing and no row comes back. Expiry is in database time.
-LEADER_ACQUIRE = """
-INSERT INTO outbox_leader AS l (lane, holder, term, elected_at, expires_at)
-VALUES (
-    %(lane)s,
-    %(holder)s,
-    1,
-    coalesce(%(now)s::timestamptz, now()),
-    coalesce(%(now)s::timestamptz, now()) + %(ttl)s::interval
-)
-ON CONFLICT (lane) DO UPDATE
-SET term = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > EXCLUDED.elected_at
-                THEN l.term ELSE l.term + 1 END,
-    elected_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > EXCLUDED.elected_at
-                      THEN l.elected_at ELSE EXCLUDED.elected_at END,
-    holder = EXCLUDED.holder,
-    expires_at = EXCLUDED.expires_at
-WHERE l.holder = EXCLUDED.holder
-   OR l.expires_at <= EXCLUDED.elected_at
-RETURNING term
-"""
-
-#: Step down: expire the lease now, only if it is still this holder's term (compare-and-set).
-#: The row stays, so the next winner's term is one higher (terms never repeat in a lane).
-LEADER_RELEASE = """
-UPDATE outbox_leader
-SET expires_at = least(expires_at, coalesce(%(now)s::timestamptz, now()))
-WHERE lane = %(lane)s
-  AND holder = %(holder)s
-  AND term = %(term)s
 """

@@ -2,6 +2,11 @@
 
 Theory of operation
 -------------------
+One store object serves one queue table (``PostgresStore(pool, table=...)``, by default
+``outbox_message``): any table built by :func:`~outbox_adapters.postgres.tables.queue_table`, whose
+queue columns are defined once. Every statement is a template of :mod:`.statements` rendered for
+the table, so the e-mail outbox, the webhook deliveries and the event outbox run the same SQL.
+
 Every write is one short statement or one short transaction on a pooled connection; nothing holds a
 transaction open across a send.
 
@@ -14,12 +19,18 @@ transaction open across a send.
 - ``mark_if_pending`` is a fenced compare-and-set (``status = 'pending' AND claim_token = :token``)
   on a connection of its own, committed by itself: one row's result never waits for, or rolls back
   with, another's. That is the per-row duplicate bound. Zero rows matched means a sibling owns the
-  row now (or it was resolved): the mark is *stale*, logged, counted and reported, never applied.
+  row now (or it was resolved): the mark is *stale*, counted per lane in ``outbox_stale_marks`` by
+  the same statement and reported as ``MarkResult.STALE``, never applied. The store does not log
+  it: the worker that made the mark does, once. A retry's due time is ``now() + delay`` in
+  database time, like the lease.
 - ``requeue_failed`` runs in one transaction: lock the candidates, let
   :func:`outbox_core.delivery.check_requeue` judge each, requeue the accepted ones with an audit row.
 - ``rewrite_payloads`` (``outbox keys rotate``) walks the unsent rows in batches, one transaction
   each, and writes a new payload only where the stored one is still the one it read
   (compare-and-set), so a worker's mark that lands meanwhile is never overwritten.
+
+Every method raises :class:`~outbox_core.errors.StoreUnavailable` for an outage (psycopg's
+connection errors, mapped once in :mod:`.errors`); anything else propagates as it is.
 
 The SQL lives in :mod:`.statements` and is looked up at call time, so the mutation matrix can swap
 a statement for a mutant.
@@ -29,68 +40,51 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Self
 
-import attrs
-from psycopg import AsyncConnection, AsyncCursor
-from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
+from sqlalchemy import Table
 
 from outbox_adapters.postgres import statements
-from outbox_adapters.records import (
+from outbox_adapters.postgres.errors import mapped_outages
+from outbox_adapters.postgres.runner import StatementRunner, all_rows, rows_returned
+from outbox_adapters.postgres.tables import check_queue_table, outbox_message
+from outbox_adapters.store_rules import (
     NO_SUCH_ROW,
-    ErrorGroup,
-    FailedReport,
-    StoredRow,
-    StoreStats,
+    check_batch_size,
     check_distinct_rows,
     coerce_row_id,
     count_mark,
-    count_marked,
     log_requeued,
     usable_row_ids,
 )
 from outbox_core.delivery import Status, check_requeue
-from outbox_core.errors import ConfigurationError, InvalidPayload, RequeueRefused
+from outbox_core.errors import InvalidPayload, RequeueRefused
 from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, RowId
+from outbox_core.operator import (
+    ErrorGroup,
+    FailedReport,
+    LaneStats,
+    PayloadRewrites,
+    StoredRow,
+    StoreStats,
+)
 from outbox_core.payload import decode_payload
-from outbox_core.ports import ClaimRequest, MarkResult, RequeueRequest, RequeueResult
+from outbox_core.ports import (
+    ClaimRequest,
+    MarkResult,
+    PayloadRewrite,
+    RequeueRequest,
+    RequeueResult,
+)
 
-__all__ = [
-    "ErrorGroup",
-    "FailedReport",
-    "PayloadRewrites",
-    "PostgresStore",
-    "StoreStats",
-    "StoredRow",
-]
+__all__ = ["NO_SUCH_ROW", "PostgresStore"]
 
 _log = logging.getLogger(__name__)
-R = TypeVar("R")
-
-#: Longest a store keeps one pooled connection between statements before handing it back.
-KEEP_FOR: Final = 30.0
-_IDLE: Final = TransactionStatus.IDLE
-
-
-@attrs.frozen
-class PayloadRewrites:
-    """What :meth:`PostgresStore.rewrite_payloads` did."""
-
-    #: Transactions run (one per batch).
-    batches: int
-    #: Unsent rows read.
-    examined: int
-    #: Rows whose new payload was written.
-    rewritten: tuple[int, ...]
-    #: Rows whose payload changed between the read and the write (a worker marked them): left as
-    #: they were.
-    changed: tuple[int, ...]
 
 
 def _decoded(text: str) -> JSONObject | str:
@@ -110,22 +104,27 @@ def _stored(record: Mapping[str, Any]) -> StoredRow:
 
 
 class PostgresStore:
-    """:class:`outbox_core.ports.OutboxStore` on a ``psycopg_pool.AsyncConnectionPool``.
+    """:class:`outbox_core.ports.OutboxStore` and :class:`~outbox_core.ports.OperatorStore` on a
+    ``psycopg_pool.AsyncConnectionPool``, for one queue table.
 
     Build it on a pool you own (``PostgresStore(pool)``), or let :meth:`open` create one (then
-    :meth:`close`, or ``async with``, closes it). Size the pool for one claim plus the marks in
+    :meth:`close`, or ``async with``, closes it). ``table`` is the queue table it serves (default
+    ``outbox_message``); a table not built by ``queue_table()`` is refused with
+    :class:`~outbox_core.errors.ConfigurationError`. Size the pool for one claim plus the marks in
     flight: marks run on connections of their own. Nothing is done in the constructor.
     """
 
-    def __init__(self, pool: AsyncConnectionPool[Any], *, owns_pool: bool = False) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        *,
+        table: Table = outbox_message,
+        owns_pool: bool = False,
+    ) -> None:
+        self._table = check_queue_table(table)
         self._pool = pool
         self._owns_pool = owns_pool
-        # One connection kept between statements (see _give_back): a worker's claim and marks
-        # run one after another, so in the strict mode they all reuse it.
-        self._kept: AsyncConnection[Any] | None = None
-        self._kept_conn: AsyncConnection[Any] | None = None
-        self._kept_until = 0.0
-        self._closing = False
+        self._runner = StatementRunner(pool)
         #: Counters since the store was built.
         self.stats = StoreStats()
 
@@ -134,6 +133,7 @@ class PostgresStore:
         cls,
         dsn: str,
         *,
+        table: Table = outbox_message,
         min_size: int = 1,
         max_size: int = 10,
         connect_kwargs: Mapping[str, Any] | None = None,
@@ -143,6 +143,7 @@ class PostgresStore:
         Autocommit makes a mark a single round trip (the statement is its own transaction);
         multi-statement work still runs inside explicit transactions.
         """
+        check_queue_table(table)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn,
             min_size=min_size,
@@ -152,20 +153,22 @@ class PostgresStore:
             name="outbox-store",
         )
         await pool.open(wait=True)
-        return cls(pool, owns_pool=True)
+        return cls(pool, table=table, owns_pool=True)
 
     @property
     def pool(self) -> AsyncConnectionPool[Any]:
         """The connection pool (share it with ``PostgresLeaderLease`` rather than open another)."""
         return self._pool
 
+    @property
+    def table(self) -> Table:
+        """The queue table this store serves."""
+        return self._table
+
     async def close(self) -> None:
         """Close the pool if :meth:`open` created it; a pool you passed in stays yours (the
         connection the store kept goes back to it)."""
-        self._closing = True
-        kept, self._kept = self._kept, None
-        if kept is not None:
-            await self._pool.putconn(kept)
+        await self._runner.close()
         if self._owns_pool:
             await self._pool.close()
 
@@ -180,8 +183,13 @@ class PostgresStore:
     ) -> None:
         await self.close()
 
-    # --- the port ---------------------------------------------------------------------------------
+    def _sql(self, template: str) -> str:
+        """``template`` (a module attribute of :mod:`.statements`, read now) for this table."""
+        return statements.render(template, self._table)
 
+    # --- the worker's port ------------------------------------------------------------------------
+
+    @mapped_outages
     async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
         params = {
             "lane": request.lane,
@@ -190,7 +198,7 @@ class PostgresStore:
             "token": request.token.value,
             "now": request.now,
         }
-        records = await self._run(statements.CLAIM, params, _all_rows)
+        records = await self._runner.run(self._sql(statements.CLAIM), params, all_rows)
         token = request.token
         # Columns in CLAIM's order: id, lane, payload, attempts, claim_token, lease_expires_at,
         # created_at. The token is the one just written (the statement sets it).
@@ -198,19 +206,21 @@ class PostgresStore:
         self.stats.claimed_rows += len(rows)
         return rows
 
+    @mapped_outages
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
         params = {
             "id": coerce_row_id(mark.row_id),
             "token": mark.token.value,
             "status": mark.status.value,
             "reason": mark.reason,
-            "next_attempt_at": mark.next_attempt_at,
+            "retry_delay": mark.retry_delay,
             "scrub_keys": sorted(mark.scrub_keys),
             "now": None,
         }
-        matched = await self._one_statement(statements.MARK, params)
-        return count_marked(self.stats, _log, applied=bool(matched), mark=mark)
+        matched = await self._runner.run(self._sql(statements.MARK), params, rows_returned)
+        return count_mark(self.stats, applied=bool(matched))
 
+    @mapped_outages
     async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:
         """Apply several marks in one statement and one commit; each row is fenced on its own.
 
@@ -226,35 +236,37 @@ class PostgresStore:
                 "tokens": [m.token.value for m in group],
                 "statuses": [m.status.value for m in group],
                 "reasons": [m.reason for m in group],
-                "next_attempt_ats": [m.next_attempt_at for m in group],
+                "retry_delays": [m.retry_delay for m in group],
                 "scrubs": [bool(m.scrub_keys) for m in group],
                 "scrub_keys": keys,
                 "now": None,
             }
-            applied.update(await self._returned_ids(statements.MARK_MANY, params))
-        return [
-            count_marked(self.stats, _log, applied=row_id in applied, mark=m)
-            for row_id, m in zip(ids, marks, strict=True)
-        ]
+            records = await self._runner.run(self._sql(statements.MARK_MANY), params, all_rows)
+            applied.update(r[0] for r in records)
+        return [count_mark(self.stats, applied=row_id in applied) for row_id in ids]
 
+    @mapped_outages
     async def release(
         self, row_id: RowId, token: ClaimToken, *, now: datetime | None = None
     ) -> MarkResult:
         params = {"id": coerce_row_id(row_id), "token": token.value, "now": now}
-        matched = await self._one_statement(statements.RELEASE, params)
-        return self._fenced(matched, row_id, "release")
+        matched = await self._runner.run(self._sql(statements.RELEASE), params, rows_returned)
+        return count_mark(self.stats, applied=bool(matched))
 
+    @mapped_outages
     async def requeue_failed(self, request: RequeueRequest) -> RequeueResult:
         refused: dict[RowId, str] = {}
         async with self._pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             if request.row_ids is not None:
                 wanted = usable_row_ids(request.row_ids, refused)
-                await cur.execute(statements.REQUEUE_CANDIDATES_BY_ID, {"ids": list(wanted)})
+                await cur.execute(
+                    self._sql(statements.REQUEUE_CANDIDATES_BY_ID), {"ids": list(wanted)}
+                )
             else:
                 wanted = {}
                 await cur.execute(
-                    statements.REQUEUE_CANDIDATES_BY_FILTER,
+                    self._sql(statements.REQUEUE_CANDIDATES_BY_FILTER),
                     {
                         "lane": request.lane,
                         "failed_since": request.failed_since,
@@ -277,17 +289,18 @@ class PostgresStore:
                     refused[given] = NO_SUCH_ROW
             requeued: list[int] = []
             if accepted:
-                await cur.execute(statements.REQUEUE, {"ids": accepted, "actor": request.actor})
+                await cur.execute(
+                    self._sql(statements.REQUEUE), {"ids": accepted, "actor": request.actor}
+                )
                 requeued = sorted(r["message_id"] for r in await cur.fetchall())
         log_requeued(_log, requeued, request.actor)
         return RequeueResult(requeued=tuple(wanted.get(i, i) for i in requeued), refused=refused)
 
+    # --- the operator's port ----------------------------------------------------------------------
+
+    @mapped_outages
     async def rewrite_payloads(
-        self,
-        rewrite: Callable[[int, str, JSONObject], JSONObject | None],
-        *,
-        lane: str | None = None,
-        batch_size: int = 500,
+        self, rewrite: PayloadRewrite, *, lane: str | None = None, batch_size: int = 500
     ) -> PayloadRewrites:
         """Give every pending and failed row's payload to ``rewrite(id, lane, payload)`` and store
         what it returns (``None``: leave the row as it is), ``batch_size`` rows per transaction.
@@ -297,10 +310,7 @@ class PostgresStore:
         inside the batch's transaction, so keep it quick (no I/O); whatever it raises rolls the
         current batch back and propagates (earlier batches stay committed).
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigurationError(
-                f"batch_size must be a positive number of rows, got {batch_size!r}"
-            )
+        check_batch_size(batch_size)
         after_id, batches, examined = 0, 0, 0
         rewritten: list[int] = []
         changed: list[int] = []
@@ -308,7 +318,7 @@ class PostgresStore:
             async with self._pool.connection() as conn, conn.transaction():
                 cur = conn.cursor(row_factory=dict_row)
                 params = {"after_id": after_id, "lane": lane, "limit": batch_size}
-                await cur.execute(statements.REWRITE_CANDIDATES, params)
+                await cur.execute(self._sql(statements.REWRITE_CANDIDATES), params)
                 records = await cur.fetchall()
                 if not records:
                     break
@@ -325,7 +335,7 @@ class PostgresStore:
                 ]
                 if writes:
                     await cur.execute(
-                        statements.REWRITE_PAYLOADS,
+                        self._sql(statements.REWRITE_PAYLOADS),
                         {
                             "ids": [w[0] for w in writes],
                             "digests": [w[1] for w in writes],
@@ -341,96 +351,52 @@ class PostgresStore:
             batches=batches, examined=examined, rewritten=tuple(rewritten), changed=tuple(changed)
         )
 
-    # --- operator reads ---------------------------------------------------------------------------
-
+    @mapped_outages
     async def get(self, row_id: RowId) -> StoredRow | None:
         """One row, or ``None``. The payload is raw: redact before showing it."""
         async with self._pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(statements.GET_ROW, {"id": coerce_row_id(row_id)})
+            await cur.execute(self._sql(statements.GET_ROW), {"id": coerce_row_id(row_id)})
             record = await cur.fetchone()
         return None if record is None else _stored(record)
 
+    @mapped_outages
     async def list_failed(self, lane: str | None = None, limit: int = 100) -> FailedReport:
         """The ``limit`` newest failed rows, and all failed rows grouped by error."""
         async with self._pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(statements.FAILED_ROWS, {"lane": lane, "limit": limit})
+            await cur.execute(self._sql(statements.FAILED_ROWS), {"lane": lane, "limit": limit})
             rows = tuple(_stored(r) for r in await cur.fetchall())
-            await cur.execute(statements.FAILED_BY_ERROR, {"lane": lane})
+            await cur.execute(self._sql(statements.FAILED_BY_ERROR), {"lane": lane})
             groups = tuple(ErrorGroup(**r) for r in await cur.fetchall())
         return FailedReport(rows=rows, by_error=groups)
 
+    @mapped_outages
     async def counts(self) -> dict[str, dict[Status, int]]:
         """Rows per lane and status, e.g. ``{"email": {Status.PENDING: 3, ...}}``."""
+        return await self._counts()
+
+    async def _counts(self) -> dict[str, dict[Status, int]]:
         async with self._pool.connection() as conn:
-            cur = await conn.execute(statements.COUNTS)
+            cur = await conn.execute(self._sql(statements.COUNTS))
             records = await cur.fetchall()
         result: dict[str, dict[Status, int]] = {}
         for lane, status, rows in records:
             result.setdefault(lane, {})[Status(status)] = rows
         return result
 
-    # --- helpers ----------------------------------------------------------------------------------
-
-    async def _one_statement(self, query: str, params: Mapping[str, Any]) -> int:
-        """Run one write as its own transaction on a connection of its own; rows matched."""
-        return await self._run(query, params, _rows_matched)
-
-    async def _returned_ids(self, query: str, params: Mapping[str, Any]) -> set[int]:
-        """Run one write as its own transaction; the ids it returned."""
-        return {r[0] for r in await self._run(query, params, _all_rows)}
-
-    async def _run(
-        self,
-        query: str,
-        params: Mapping[str, Any],
-        read: Callable[[AsyncCursor[Any]], Awaitable[R]],
-    ) -> R:
-        """Run ``query`` as its own transaction (one round trip on an autocommit connection) on
-        the kept connection or a pooled one, and ``read`` its cursor."""
-        conn = await self._take()
-        ok = False
-        try:
-            if conn.autocommit:
-                result = await read(await conn.execute(query, params))
-            else:
-                async with conn.transaction():
-                    result = await read(await conn.execute(query, params))
-            ok = True
-        finally:
-            await self._give_back(conn, ok=ok)
-        return result
-
-    async def _take(self) -> AsyncConnection[Any]:
-        """The kept connection if it is free, else one from the pool."""
-        kept = self._kept
-        if kept is not None:
-            self._kept = None
-            return kept
-        conn: AsyncConnection[Any] = await self._pool.getconn()
-        return conn
-
-    async def _give_back(self, conn: AsyncConnection[Any], *, ok: bool) -> None:
-        """Keep ``conn`` for the next statement, or return it to the pool.
-
-        Only a connection whose statement succeeded and that is idle (no transaction left open)
-        is kept, one at a time, and for at most :data:`KEEP_FOR` seconds: then it goes back to
-        the pool, whose checks (broken, past its lifetime) apply to it again. Anything else goes
-        straight back, and the pool discards it if it is broken.
-        """
-        now = time.monotonic()
-        if self._kept is None and ok and not self._closing:
-            if conn is not self._kept_conn:
-                self._kept_conn, self._kept_until = conn, now + KEEP_FOR
-            if now < self._kept_until and conn.pgconn.transaction_status == _IDLE:
-                self._kept = conn
-                return
-            self._kept_conn = None
-        await self._pool.putconn(conn)
-
-    def _fenced(self, matched: int, row_id: RowId, what: str) -> MarkResult:
-        return count_mark(self.stats, _log, applied=bool(matched), row_id=row_id, what=what)
+    @mapped_outages
+    async def lane_stats(self) -> dict[str, LaneStats]:
+        """Per lane: rows per status and stale marks (a lane with only stale marks is listed).
+        Counts the whole history: an operator command, not something to poll."""
+        counts = await self._counts()
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(self._sql(statements.STALE_COUNTS))
+            stale = {lane: int(n) for lane, n in await cur.fetchall()}
+        return {
+            lane: LaneStats(rows=counts.get(lane, {}), stale_marks=stale.get(lane, 0))
+            for lane in sorted(counts.keys() | stale.keys())
+        }
 
 
 def _scrub_groups(marks: Sequence[Mark]) -> list[list[Mark]]:
@@ -446,11 +412,3 @@ def _scrub_groups(marks: Sequence[Mark]) -> list[list[Mark]]:
     first = next(iter(groups))
     groups[first].extend(plain)
     return list(groups.values())
-
-
-async def _rows_matched(cur: AsyncCursor[Any]) -> int:
-    return cur.rowcount
-
-
-async def _all_rows(cur: AsyncCursor[Any]) -> list[Any]:
-    return await cur.fetchall()

@@ -4,9 +4,12 @@ A host that manages its schema with Alembic adds :data:`metadata` to its ``targe
 is accepted) and lets autogenerate write the migration; a host without Alembic runs
 ``outbox schema apply`` (:mod:`outbox_adapters.postgres.schema`), which emits the same DDL.
 
-The names are fixed (``outbox_message``, ``outbox_requeue_audit``, ``outbox_leader``) and the tables
-live in the connection's current schema: the SQL in :mod:`.statements` names them unqualified, so a
-host that wants them elsewhere sets ``search_path`` on the outbox's connections.
+Every queue table (``outbox_message``, and the coming webhook-deliveries and event-outbox tables) is
+built by :func:`queue_table`, which defines the queue columns, their checks and partial indexes
+once; a table adds columns of its own. The shared tables have fixed names (``outbox_requeue_audit``,
+``outbox_stale_marks``, ``outbox_leader``) and live in the connection's current schema: the SQL in
+:mod:`.statements` names them unqualified, so a host that wants them elsewhere sets
+``search_path`` on the outbox's connections.
 
 Rows are kept after they are sent. A ``dispatched`` row is the delivery record (which message went
 out, when, after how many attempts), so the table only grows; every index the hot path uses is
@@ -16,7 +19,9 @@ with a hundred million sent rows as with none.
 
 from __future__ import annotations
 
-from typing import Final
+import re
+from collections.abc import Mapping
+from typing import Any, Final
 
 from sqlalchemy import (
     JSON,
@@ -36,13 +41,18 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from outbox_core.delivery import Status
+from outbox_core.errors import ConfigurationError
 
 __all__ = [
     "MESSAGE_STORAGE",
+    "QUEUE_COLUMNS",
+    "check_queue_table",
     "metadata",
     "outbox_leader",
     "outbox_message",
     "outbox_requeue_audit",
+    "outbox_stale_marks",
+    "queue_table",
 ]
 
 #: Every constraint and index gets a stable name, so Alembic migrations and ``schema verify`` agree.
@@ -57,6 +67,8 @@ metadata: Final = MetaData(
 
 # jsonb on PostgreSQL (the ``-`` operator the scrub uses needs it); plain JSON on other dialects.
 _Payload = JSON().with_variant(JSONB(), "postgresql")
+
+_IDENTIFIER: Final = re.compile(r"[a-z][a-z0-9_]{0,47}")
 
 _STATUSES = ", ".join(f"'{status.value}'" for status in Status)
 
@@ -80,62 +92,137 @@ MESSAGE_STORAGE: Final = {
     "autovacuum_analyze_scale_factor": 0.02,
 }
 
-#: One row per message. ``status`` follows :mod:`outbox_core.delivery`.
-outbox_message: Final = Table(
-    "outbox_message",
-    metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
-    #: The queue the row belongs to (``email``, ``webhook``, ...); each lane is claimed separately.
-    Column("lane", Text, nullable=False),
-    Column("status", Text, nullable=False, server_default=Status.PENDING.value),
-    Column("payload", _Payload, nullable=False),
-    #: Claims so far. Only the claim increments it; an operator's requeue resets it to 0.
-    Column("attempts", Integer, nullable=False, server_default=text("0")),
-    #: When the row is due. While the row is claimed it doubles as the lease expiry: the claim
-    #: pushes it to ``now + lease``, so a sibling can take the row only after the lease ran out.
-    Column("next_attempt_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    #: The fencing token of the latest claim; every mark must present it (catalogue C10).
-    Column("claim_token", Text, nullable=True),
-    Column("claimed_at", DateTime(timezone=True), nullable=True),
-    #: Why the last attempt failed or was skipped. A sentence, never a secret.
-    Column("last_error", Text, nullable=True),
-    #: The producer's key; a second enqueue with the same lane and key writes nothing.
-    Column("idempotency_key", Text, nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    #: When the row became dispatched, skipped or failed (NULL while pending).
-    Column("resolved_at", DateTime(timezone=True), nullable=True),
-    #: When the dispatched/skipped mark removed the secret payload keys (catalogue C6).
-    Column("scrubbed_at", DateTime(timezone=True), nullable=True),
-    CheckConstraint(f"status IN ({_STATUSES})", name="status"),
-    CheckConstraint("attempts >= 0", name="attempts"),
-    postgresql_with=MESSAGE_STORAGE,
+#: The columns every queue table has, in this order (what the store's statements read and write).
+QUEUE_COLUMNS: Final = (
+    "id",
+    "lane",
+    "status",
+    "payload",
+    "attempts",
+    "next_attempt_at",
+    "claim_token",
+    "claimed_at",
+    "last_error",
+    "idempotency_key",
+    "created_at",
+    "updated_at",
+    "resolved_at",
+    "scrubbed_at",
 )
 
-#: The claim's index: due pending rows of a lane in claim order. Partial, so sent rows cost nothing.
-Index(
-    "ix_outbox_message_due",
-    outbox_message.c.lane,
-    outbox_message.c.next_attempt_at,
-    outbox_message.c.id,
-    postgresql_where=outbox_message.c.status == Status.PENDING.value,
-)
-#: The operator's index: failed rows of a lane by when they failed (``outbox failed``, requeue).
-Index(
-    "ix_outbox_message_failed",
-    outbox_message.c.lane,
-    outbox_message.c.resolved_at,
-    postgresql_where=outbox_message.c.status == Status.FAILED.value,
-)
-#: The producer's idempotency key, unique per lane. ``enqueue`` names this index's columns and
-#: predicate in ``ON CONFLICT (lane, idempotency_key) WHERE idempotency_key IS NOT NULL``.
-Index(
-    "uq_outbox_message_idempotency_key",
-    outbox_message.c.lane,
-    outbox_message.c.idempotency_key,
-    unique=True,
-    postgresql_where=outbox_message.c.idempotency_key.is_not(None),
-)
+#: The ``Table.info`` key :func:`queue_table` sets: the only tables a ``PostgresStore`` accepts
+#: (its statements name the table, so the table must be one the library made, never free text).
+_QUEUE_MARK: Final = "leased_outbox.queue_table"
+
+
+def _queue_columns() -> list[Column[Any]]:
+    """A fresh set of the queue columns (a Column belongs to one table)."""
+    return [
+        Column("id", BigInteger, Identity(), primary_key=True),
+        #: The queue the row belongs to (``email``, ``webhook``, ...); each lane is claimed
+        #: separately.
+        Column("lane", Text, nullable=False),
+        Column("status", Text, nullable=False, server_default=Status.PENDING.value),
+        Column("payload", _Payload, nullable=False),
+        #: Claims so far. Only the claim increments it; an operator's requeue resets it to 0.
+        Column("attempts", Integer, nullable=False, server_default=text("0")),
+        #: When the row is due. While the row is claimed it doubles as the lease expiry: the claim
+        #: pushes it to ``now + lease``, so a sibling can take the row only after the lease ran out.
+        Column(
+            "next_attempt_at", DateTime(timezone=True), nullable=False, server_default=func.now()
+        ),
+        #: The fencing token of the latest claim; every mark must present it (catalogue C10).
+        Column("claim_token", Text, nullable=True),
+        Column("claimed_at", DateTime(timezone=True), nullable=True),
+        #: Why the last attempt failed or was skipped. A sentence, never a secret.
+        Column("last_error", Text, nullable=True),
+        #: The producer's key; a second enqueue with the same lane and key writes nothing.
+        Column("idempotency_key", Text, nullable=True),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        #: When the row became dispatched, skipped or failed (NULL while pending).
+        Column("resolved_at", DateTime(timezone=True), nullable=True),
+        #: When the dispatched/skipped mark removed the secret payload keys (catalogue C6).
+        Column("scrubbed_at", DateTime(timezone=True), nullable=True),
+    ]
+
+
+def queue_table(
+    name: str,
+    meta: MetaData,
+    *extra: Column[Any],
+    storage: Mapping[str, object] = MESSAGE_STORAGE,
+) -> Table:
+    """A queue-shaped table: the queue columns (:data:`QUEUE_COLUMNS`), their checks and partial
+    indexes, then ``extra`` columns of its own (nullable or with a default: the store's statements
+    never write them, the producer does).
+
+    Every queue table is built here, once per name, so the queue columns are defined in one
+    place; :class:`~outbox_adapters.postgres.store.PostgresStore` accepts only a table built here
+    (``PostgresStore(pool, table=...)``). Raises :class:`ConfigurationError` for a name that is
+    not a plain lower-case SQL identifier, or an extra column that shadows a queue column.
+    """
+    if not _IDENTIFIER.fullmatch(name):
+        raise ConfigurationError(
+            f"a queue table name is 1 to 48 characters of [a-z0-9_] starting with a letter,"
+            f" got {name!r:.80}"
+        )
+    clashes = sorted({column.name for column in extra} & set(QUEUE_COLUMNS))
+    if clashes:
+        raise ConfigurationError(
+            f"queue table {name}: extra column(s) {', '.join(clashes)} are queue columns already"
+        )
+    table = Table(
+        name,
+        meta,
+        *_queue_columns(),
+        *extra,
+        CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+        CheckConstraint("attempts >= 0", name="attempts"),
+        postgresql_with=dict(storage),
+    )
+    c = table.c
+    pending = c.status == Status.PENDING.value
+    #: The claim's index: due pending rows of a lane in claim order. Partial, so sent rows cost
+    #: nothing.
+    Index(f"ix_{name}_due", c.lane, c.next_attempt_at, c.id, postgresql_where=pending)
+    #: The operator's index: failed rows of a lane by when they failed (``outbox failed``).
+    Index(
+        f"ix_{name}_failed",
+        c.lane,
+        c.resolved_at,
+        postgresql_where=c.status == Status.FAILED.value,
+    )
+    #: The producer's idempotency key, unique per lane. ``enqueue`` names this index's columns
+    #: and predicate in ``ON CONFLICT (lane, idempotency_key) WHERE idempotency_key IS NOT NULL``.
+    Index(
+        f"uq_{name}_idempotency_key",
+        c.lane,
+        c.idempotency_key,
+        unique=True,
+        postgresql_where=c.idempotency_key.is_not(None),
+    )
+    table.info[_QUEUE_MARK] = name
+    return table
+
+
+def check_queue_table(table: object) -> Table:
+    """``table`` if :func:`queue_table` built it; else :class:`ConfigurationError` saying why."""
+    if not isinstance(table, Table):
+        raise ConfigurationError(
+            f"a queue table is a sqlalchemy Table built by queue_table(), got {type(table).__name__}"
+        )
+    if table.info.get(_QUEUE_MARK) != table.name:
+        raise ConfigurationError(
+            f"table {table.name!r} was not built by outbox_adapters.postgres.tables.queue_table(),"
+            " so it may lack the queue columns the store's statements use"
+        )
+    return table
+
+
+#: One row per e-mail (and any lane that needs no columns of its own). ``status`` follows
+#: :mod:`outbox_core.delivery`.
+outbox_message: Final = queue_table("outbox_message", metadata)
 
 #: Who put which failed row back to pending, and what it had failed with.
 #:
@@ -144,11 +231,27 @@ outbox_requeue_audit: Final = Table(
     "outbox_requeue_audit",
     metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
+    #: The queue table the row lives in (``outbox_message``, or another :func:`queue_table`).
+    Column("queue", Text, nullable=False, server_default="outbox_message"),
     Column("message_id", BigInteger, nullable=False, index=True),
     Column("actor", Text, nullable=False),
     Column("requeued_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("previous_attempts", Integer, nullable=False),
     Column("previous_error", Text, nullable=True),
+)
+
+#: Marks the fence refused, per queue table and lane (``outbox stats``). The mark statement bumps
+#: its row in the same statement when it matches nothing (see ``statements.MARK``): stale marks
+#: are rare (a lease that ran out under a paused worker), so the counter row is no hot spot.
+outbox_stale_marks: Final = Table(
+    "outbox_stale_marks",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("lane", Text, primary_key=True),
+    Column("stale_marks", BigInteger, nullable=False),
+    #: In database time.
+    Column("last_stale_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("stale_marks >= 0", name="stale_marks"),
 )
 
 #: One leadership lease per lane (catalogue A2; see :mod:`.leader`).

@@ -8,7 +8,7 @@ For each row, outside any transaction::
               again at once, attempt refunded)
     send   ── the handler, until outbox_core.lease.row_deadline(start, per_row - mark, lease end):
               a worker never sends after its own lease has ended (a sibling may own the row)
-    decide ── outbox_core.decide(row, outcome, now) → Mark (the adapter reported, the core decides)
+    decide ── outbox_core.decide(row, outcome) → Mark (the adapter reported, the core decides)
     mark   ── with its own budget, surviving the batch's cancellation (runtime.marking)
 
 Three ways to walk a batch: strict (one row at a time, in the worker's task), N rows in flight
@@ -172,7 +172,6 @@ class BatchRunner:
         mark = decide(
             row,
             outcome,
-            now=self.clock.now(),
             backoff=config.backoff,
             scrub=config.scrub,
             jitter=self._jitter(),

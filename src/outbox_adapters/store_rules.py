@@ -1,10 +1,12 @@
-"""What every outbox store shares: the rows it shows, its counters, and its rules for what goes in.
+"""The rules every outbox store applies the same way: what goes in, how row ids are read, how
+fenced writes are counted.
 
 :class:`~outbox_adapters.postgres.store.PostgresStore` and
-:class:`~outbox_adapters.memory.MemoryStore` answer the same questions with the same types, refuse
-the same payloads and read row ids the same way, because both take them from here; the contract
-suite (``tests/contract``) checks that they still agree. This module imports attrs, the standard
-library and the core, nothing else, so that neither store's technology leaks into the other.
+:class:`~outbox_adapters.memory.MemoryStore` refuse the same payloads, read row ids the same way
+and count their marks alike, because both take those rules from here; the value types they answer
+with are the core's (:mod:`outbox_core.operator`). The contract suite (``tests/contract``) checks
+that they still agree. This module imports the standard library and the core, nothing else, so
+that neither store's technology leaks into the other.
 """
 
 from __future__ import annotations
@@ -12,28 +14,21 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Final
 
-import attrs
-
-from outbox_core.delivery import Status
-from outbox_core.messages import JSONObject, Mark, RowId
+from outbox_core.errors import ConfigurationError
+from outbox_core.messages import Mark, RowId
+from outbox_core.operator import StoreStats
 from outbox_core.payload import DEFAULT_MAX_BYTES, validate_payload
 from outbox_core.ports import MarkResult
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
     "NO_SUCH_ROW",
-    "AuditEntry",
-    "ErrorGroup",
-    "FailedReport",
-    "StoreStats",
-    "StoredRow",
+    "check_batch_size",
     "check_distinct_rows",
     "coerce_row_id",
     "count_mark",
-    "count_marked",
     "log_requeued",
     "payload_json",
     "usable_row_ids",
@@ -44,72 +39,6 @@ __all__ = [
 MAX_PAYLOAD_BYTES: Final = DEFAULT_MAX_BYTES
 #: The reason given for a requeue of an id no row has.
 NO_SUCH_ROW: Final = "no such row"
-
-
-# --- what a store shows ---------------------------------------------------------------------------
-
-
-@attrs.define
-class StoreStats:
-    """Counters since the store was built (for logs, metrics and tests)."""
-
-    #: Rows handed out by ``claim_due``.
-    claimed_rows: int = 0
-    #: Marks (and releases) the fence accepted.
-    applied_marks: int = 0
-    #: Marks (and releases) the fence refused: dropped, never applied.
-    stale_marks: int = 0
-
-
-@attrs.frozen
-class StoredRow:
-    """A row as an operator sees it. ``payload`` is raw: redact it before showing it anywhere."""
-
-    id: int
-    lane: str
-    status: Status
-    #: The decoded payload, or the stored JSON text when it cannot be decoded (a poison row).
-    payload: JSONObject | str
-    attempts: int
-    next_attempt_at: datetime
-    claim_token: str | None
-    claimed_at: datetime | None
-    last_error: str | None
-    idempotency_key: str | None
-    created_at: datetime
-    updated_at: datetime
-    resolved_at: datetime | None
-    scrubbed_at: datetime | None
-
-
-@attrs.frozen
-class ErrorGroup:
-    """Failed rows that share an error."""
-
-    error: str | None
-    rows: int
-    first_failed_at: datetime | None
-    last_failed_at: datetime | None
-
-
-@attrs.frozen
-class FailedReport:
-    """The newest failed rows, and every failed row grouped by error."""
-
-    rows: tuple[StoredRow, ...]
-    by_error: tuple[ErrorGroup, ...]
-
-
-@attrs.frozen
-class AuditEntry:
-    """Who put which failed row back to pending, and what it had failed with (PostgreSQL:
-    a row of ``outbox_requeue_audit``)."""
-
-    message_id: int
-    actor: str
-    requeued_at: datetime
-    previous_attempts: int
-    previous_error: str | None
 
 
 # --- what goes in ---------------------------------------------------------------------------------
@@ -156,33 +85,17 @@ def usable_row_ids(row_ids: Sequence[RowId], refused: dict[RowId, str]) -> dict[
 # --- what a store reports -------------------------------------------------------------------------
 
 
-def count_mark(
-    stats: StoreStats, log: logging.Logger, *, applied: bool, row_id: RowId, what: str
-) -> MarkResult:
-    """Count a fenced write in ``stats``, log it if the fence refused it, and say which it was."""
+def count_mark(stats: StoreStats, *, applied: bool) -> MarkResult:
+    """Count a fenced write (a mark or a release) in ``stats`` and say which it was.
+
+    A stale one is not logged here: the worker that made it logs it, once, with its context; the
+    durable count per lane is the store's own (``OperatorStore.lane_stats``).
+    """
     if applied:
         stats.applied_marks += 1
         return MarkResult.APPLIED
     stats.stale_marks += 1
-    # The row id only: a payload may hold secrets, and a stale mark is no reason to show one.
-    log.warning(
-        "stale %s dropped: row %s is no longer pending under this claim "
-        "(its lease expired and a sibling re-claimed it, or it was already resolved)",
-        what,
-        row_id,
-        extra={"outbox_row_id": row_id, "outbox_stale": what},
-    )
     return MarkResult.STALE
-
-
-def count_marked(
-    stats: StoreStats, log: logging.Logger, *, applied: bool, mark: Mark
-) -> MarkResult:
-    """:func:`count_mark` for a mark; its words for the log are written only if it was stale."""
-    if applied:
-        stats.applied_marks += 1
-        return MarkResult.APPLIED
-    return count_mark(stats, log, applied=False, row_id=mark.row_id, what=f"mark {mark.status}")
 
 
 def check_distinct_rows(marks: Sequence[Mark]) -> list[int]:
@@ -203,3 +116,13 @@ def log_requeued(log: logging.Logger, requeued: Sequence[RowId], actor: str) -> 
             actor,
             extra={"outbox_row_ids": list(requeued), "outbox_actor": actor},
         )
+
+
+def check_batch_size(batch_size: object) -> int:
+    """``batch_size`` if it is a positive number of rows (``rewrite_payloads``), else
+    :class:`~outbox_core.errors.ConfigurationError` naming it."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigurationError(
+            f"batch_size must be a positive number of rows, got {batch_size!r}"
+        )
+    return batch_size

@@ -1,0 +1,98 @@
+"""How the store runs one statement: on a kept connection or a pooled one, as its own transaction.
+
+A worker's claim and marks run one after another, so in the strict mode they all reuse one
+connection (no pool round trip per mark); it is kept at most :data:`KEEP_FOR` seconds, then handed
+back so the pool's checks (broken, past its lifetime) apply to it again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, TypeVar
+
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool
+
+__all__ = ["KEEP_FOR", "StatementRunner", "all_rows", "rows_returned"]
+
+R = TypeVar("R")
+
+#: Longest a store keeps one pooled connection between statements before handing it back.
+KEEP_FOR: Final = 30.0
+_IDLE: Final = TransactionStatus.IDLE
+
+
+class StatementRunner:
+    """Runs single statements for one store on its pool, keeping one idle connection warm."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self._pool = pool
+        self._kept: AsyncConnection[Any] | None = None
+        self._kept_conn: AsyncConnection[Any] | None = None
+        self._kept_until = 0.0
+        self._closing = False
+
+    async def close(self) -> None:
+        """Give the kept connection back to the pool; keep none from now on."""
+        self._closing = True
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            await self._pool.putconn(kept)
+
+    async def run(
+        self,
+        query: str,
+        params: Mapping[str, Any],
+        read: Callable[[AsyncCursor[Any]], Awaitable[R]],
+    ) -> R:
+        """Run ``query`` as its own transaction (one round trip on an autocommit connection) on
+        the kept connection or a pooled one, and ``read`` its cursor."""
+        conn = await self._take()
+        ok = False
+        try:
+            if conn.autocommit:
+                result = await read(await conn.execute(query, params))
+            else:
+                async with conn.transaction():
+                    result = await read(await conn.execute(query, params))
+            ok = True
+        finally:
+            await self._give_back(conn, ok=ok)
+        return result
+
+    async def _take(self) -> AsyncConnection[Any]:
+        """The kept connection if it is free, else one from the pool."""
+        kept = self._kept
+        if kept is not None:
+            self._kept = None
+            return kept
+        conn: AsyncConnection[Any] = await self._pool.getconn()
+        return conn
+
+    async def _give_back(self, conn: AsyncConnection[Any], *, ok: bool) -> None:
+        """Keep ``conn`` for the next statement, or return it to the pool.
+
+        Only a connection whose statement succeeded and that is idle (no transaction left open)
+        is kept, one at a time, and for at most :data:`KEEP_FOR` seconds. Anything else goes
+        straight back, and the pool discards it if it is broken.
+        """
+        now = time.monotonic()
+        if self._kept is None and ok and not self._closing:
+            if conn is not self._kept_conn:
+                self._kept_conn, self._kept_until = conn, now + KEEP_FOR
+            if now < self._kept_until and conn.pgconn.transaction_status == _IDLE:
+                self._kept = conn
+                return
+            self._kept_conn = None
+        await self._pool.putconn(conn)
+
+
+async def rows_returned(cur: AsyncCursor[Any]) -> int:
+    """How many rows the statement returned (or matched, for a plain UPDATE)."""
+    return cur.rowcount
+
+
+async def all_rows(cur: AsyncCursor[Any]) -> list[Any]:
+    return await cur.fetchall()
