@@ -34,6 +34,10 @@ every process of the machine reads the same ``CLOCK_MONOTONIC``):
 
       OUTBOX_TEST_MUTANT=leader-no-renewal-in-batch pytest tests/chaos/test_f6_leader.py
 
+With both of the batch's leadership checks removed by hand (the gate always open and no send cut at
+the term: leadership gating the claim only), a short run counted ``stale_sends=21``: the woken leader
+sent the rest of its batch under its successor's term.
+
 The pause lands while the leader waits for a reply (its message is at the server), not at a random
 instruction: a process frozen *between* reading the server's 354 and writing the message would, on
 waking, write it before its expired deadline can cancel the task; no lease closes that window
