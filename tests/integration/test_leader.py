@@ -12,9 +12,15 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from outbox_adapters.lanes.email import email_lane
+from outbox_adapters.memory import MemoryStore
 from outbox_adapters.postgres import schema
 from outbox_adapters.postgres.leader import PostgresLeaderLease
+from outbox_adapters.runtime import Worker
+from outbox_core.messages import ClaimedRow, NewMessage
+from outbox_core.outcomes import Outcome
 from outbox_core.ports import LeaderLease, LeaderTerm
+from outbox_core.timing import EmailTiming
 
 pytestmark = pytest.mark.integration
 
@@ -184,3 +190,57 @@ async def test_trusted_until_comes_from_the_injected_monotonic_clock(
 async def test_a_non_positive_ttl_is_refused(lease: PostgresLeaderLease):
     with pytest.raises(ValueError, match="positive ttl"):
         await lease.try_acquire(LANE, "replica-a", ttl=timedelta(0))
+
+
+# --- the worker on a leader-gated lane -----------------------------------------------------------
+
+
+async def test_a_worker_keeps_its_lane_through_a_batch_longer_than_the_ttl(
+    dsn: str, pool: AsyncConnectionPool[Any]
+):
+    """The term is renewed while the batch runs (every ttl/3, by a task beside it): a batch twice
+    as long as the TTL keeps its leadership, under the same term, and the lease row's expiry moves
+    on while it runs. Without that renewal the row-start gate finds the term too short part-way
+    through and gives the rest of the batch back (the matrix's ``leader-no-renewal-in-batch``)."""
+    timing = EmailTiming.with_overrides(
+        {"suppression": 0.02, "branding": 0.02, "dial": 0.1, "smtp_exchange": 0.1,
+         "bounce_report": 0.02, "mark": 0.04},
+        batch_size=12,
+    )  # fmt: skip
+    per_row = timing.per_row.total_seconds()
+    ttl = timedelta(seconds=2 * per_row)  # 0.6 s; the batch takes 12 x 0.1 s
+    store = MemoryStore()
+    for n in range(12):
+        store.enqueue(NewMessage(LANE, {"n": n}))
+    expiries: list[datetime] = []
+
+    async def send(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT expires_at FROM outbox_leader WHERE lane = %s", (LANE,)
+            )
+            found = await cur.fetchone()
+        assert found is not None
+        expiries.append(found[0])
+        await asyncio.sleep(0.1)
+        return Outcome.sent()
+
+    config = email_lane(timing=timing, leader_ttl=ttl, poll_interval=0.05)
+    worker = Worker(store, send, config, leader=PostgresLeaderLease(pool), holder="replica-a")
+    assert await worker.leadership.lead()
+    started = time.monotonic()
+
+    report = await worker.run_once()
+
+    took = time.monotonic() - started
+    assert took > 1.5 * ttl.total_seconds(), f"the batch took {took:.2f}s only"
+    assert (report.claimed, report.dispatched, report.released, report.leadership_lost) == (
+        12,
+        12,
+        0,
+        0,
+    ), report
+    assert len(set(expiries)) >= 3, expiries  # renewed during the batch, several times
+    assert expiries[-1] - expiries[0] >= ttl
+    assert stored(dsn)[:2] == ("replica-a", 1)  # type: ignore[index]
+    await worker.leadership.step_down()

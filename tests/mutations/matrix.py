@@ -8,7 +8,8 @@ queue table's SQL) or one function of the worker, and names the one test that mu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import attrs
@@ -16,12 +17,14 @@ import attrs
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.runtime import marking as worker
+from outbox_adapters.runtime.leadership import Leadership
 
 STORE = "tests/integration/test_postgres_store.py"
 WORKER = "tests/integration/test_email_worker.py"
 ENCRYPTION = "tests/integration/test_encryption.py"
 STALE_WRITER = "tests/chaos/test_f5_stale_writer.py"  # F5: worker subprocesses, SIGSTOP/SIGCONT
 CONTRACT = "tests/contract/test_store_contract.py"
+LEADER = "tests/integration/test_leader.py"
 
 
 @attrs.frozen
@@ -51,6 +54,12 @@ def _replace(name: str, old: str, new: str) -> tuple[object, str, object]:
 async def _attached(attempt: Callable[[], Coroutine[Any, Any, Any]], _keep: set[Any]) -> Any:
     """The mutant of run_surviving_cancel: a mark cut off by the batch's cancellation is lost."""
     return await attempt()
+
+
+@contextlib.asynccontextmanager
+async def _unrenewed(_self: Leadership) -> AsyncIterator[None]:
+    """The mutant of Leadership.renewed: no renewal task beside the batch."""
+    yield
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -187,6 +196,18 @@ MUTANTS += (
             "coalesce(%(now)s::timestamptz, now()) + %(retry_delay)s::interval, next_attempt_at",
             "NULL::timestamptz, next_attempt_at",
         ),
+    ),
+)
+
+# The leader lease (ADR 0008): the term renewed while a batch runs. Also red without it: F6
+# (tests/chaos/test_f6_leader.py, unforced losses) and tests/unit/test_leadership.py.
+MUTANTS += (
+    Mutant(
+        "leader-no-renewal-in-batch",
+        "leader term renewed while a batch runs",
+        "drop the renewal task beside the batch (Leadership.renewed does nothing)",
+        f"{LEADER}::test_a_worker_keeps_its_lane_through_a_batch_longer_than_the_ttl",
+        (Leadership, "renewed", _unrenewed),
     ),
 )
 

@@ -4,10 +4,12 @@ For each row, outside any transaction::
 
     gate   ── start the row only if a whole per-row budget still fits in the batch
               (outbox_core.lease.may_start_row) and, on a leader-gated lane, inside the term this
-              worker can prove (outbox_core.lease.leader_admits_row); otherwise give it back (due
-              again at once, attempt refunded)
-    send   ── the handler, until outbox_core.lease.row_deadline(start, per_row - mark, lease end):
-              a worker never sends after its own lease has ended (a sibling may own the row)
+              worker can prove (outbox_core.lease.leader_admits_row, via runtime.leadership, which
+              renews a term that runs short first); otherwise give it back (due again at once,
+              attempt refunded)
+    send   ── the handler, until outbox_core.lease.row_deadline(start, per_row - mark, lease end),
+              and never past the leader term: a worker never sends after its own lease has ended
+              (a sibling may own the row), nor after its term has (a sibling may lead the lane)
     decide ── outbox_core.decide(row, outcome) → Mark (the adapter reported, the core decides)
     mark   ── with its own budget, surviving the batch's cancellation (runtime.marking)
 
@@ -24,11 +26,12 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from outbox_adapters.runtime.config import LaneConfig
+from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.runtime.report import BatchReport, count
 from outbox_core.decide import decide
 from outbox_core.errors import InvalidMessage, InvalidPayload
-from outbox_core.lease import BatchClock, leader_admits_row
+from outbox_core.lease import BatchClock
 from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.outcomes import Outcome
 from outbox_core.payload import decode_payload
@@ -51,7 +54,7 @@ class BatchRunner:
         marker: Marker,
         jitter: Callable[[], float],
         stopping: Callable[[], bool],
-        trusted_until: Callable[[], float],
+        leadership: Leadership,
     ) -> None:
         self.handler = handler
         self.config = config
@@ -59,7 +62,7 @@ class BatchRunner:
         self.marker = marker
         self._jitter = jitter
         self._stopping = stopping
-        self._trusted_until = trusted_until
+        self._leadership = leadership
         timing = config.timing
         # The budgets as seconds, once (the config is frozen): the per-row path reads them.
         self._per_row = timing.per_row.total_seconds()
@@ -86,7 +89,7 @@ class BatchRunner:
     ) -> None:
         """The strict mode: one row at a time, in this task (no task or semaphore per row)."""
         for index, row in enumerate(rows):
-            if not self._may_start(times, report):
+            if not await self._may_start(times, report):
                 await self._release_all(rows[index:], report)
                 return
             await self._one(row, times, report)
@@ -98,7 +101,7 @@ class BatchRunner:
         async with asyncio.TaskGroup() as group:
             for index, row in enumerate(rows):
                 await slots.acquire()
-                if not self._may_start(times, report):
+                if not await self._may_start(times, report):
                     slots.release()
                     await self._release_all(rows[index:], report)
                     return
@@ -110,7 +113,7 @@ class BatchRunner:
         """The grouped-mark mode: send a window of rows at once, record it with one statement."""
         size = self.config.rows_in_flight
         for start in range(0, len(rows), size):
-            if not self._may_start(times, report):
+            if not await self._may_start(times, report):
                 await self._release_all(rows[start:], report)
                 return
             window = rows[start : start + size]
@@ -124,23 +127,19 @@ class BatchRunner:
 
     # --- one row -------------------------------------------------------------------------------
 
-    def _may_start(self, times: BatchClock, report: BatchReport) -> bool:
+    async def _may_start(self, times: BatchClock, report: BatchReport) -> bool:
         """The row-start gates (and shutdown): the batch's, then the leadership's."""
-        if self._stopping():
+        if self._stopping() or not times.may_start_row(self.clock.monotonic(), self._per_row):
             return False
-        now = self.clock.monotonic()
-        if not times.may_start_row(now, self._per_row):
-            return False
-        if not leader_admits_row(
-            now=now, trusted_until=self._trusted_until(), per_row=self._per_row
-        ):
+        if not await self._leadership.admits(self._per_row):
             report.leadership_lost += 1
             _log.warning(
                 "lane %s: leadership not proven for a whole row; giving the batch's rest back",
                 self.config.lane,
             )
             return False
-        return True
+        # The leadership gate may have waited for a renewal: the batch's gate again, on the clock.
+        return not self._stopping() and times.may_start_row(self.clock.monotonic(), self._per_row)
 
     async def _release_all(self, rows: Sequence[ClaimedRow], report: BatchReport) -> None:
         """Give back rows that will not be started: due again at once, attempt refunded."""
@@ -162,9 +161,14 @@ class BatchRunner:
         count(mark, await self.marker.surviving(mark), report)
 
     async def _send(self, row: ClaimedRow, times: BatchClock, report: BatchReport) -> Outcome:
-        """The handler, within the row's send budget and never past the lease."""
+        """The handler, within the row's send budget, never past the lease nor the leader term."""
         started = self.clock.monotonic()
-        deadline = times.row_deadline(started, self._send_budget)
+        # The gate admitted the row inside the term; bounding the deadline by the term too keeps a
+        # worker frozen between the gate and here (or a row task started after its term was lost)
+        # from sending while another worker may lead the lane.
+        deadline = min(
+            times.row_deadline(started, self._send_budget), self._leadership.trusted_until()
+        )
         return await self._attempt(row, report, budget=max(0.0, deadline - started))
 
     def _decide(self, row: ClaimedRow, outcome: Outcome) -> Mark:
@@ -198,7 +202,7 @@ class BatchRunner:
             # at once instead of crashing a handler (retried for days) or blocking the lane.
             return Outcome.permanent(f"undeliverable: {_undecodable(row.payload)}")
         if budget <= 0:
-            return Outcome.transient("no time left on the lease to start the send")
+            return Outcome.transient("no time left on the lease or leader term to start the send")
         try:
             async with asyncio.timeout(budget):
                 return await self.handler(row, budget=timedelta(seconds=budget))

@@ -77,7 +77,7 @@ class Worker:
             marker=self.marker,
             jitter=jitter,
             stopping=self._stopping.is_set,
-            trusted_until=self.leadership.trusted_until,
+            leadership=self.leadership,
         )
 
     @property
