@@ -146,7 +146,7 @@ def _reparse(data: bytes, intended: Intended) -> list[tuple[str, object, object]
         (
             "attachments",
             [_attachment(part) for part in parsed.walk() if _is_attachment(part)],
-            [(a.filename, a.content_type, a.content) for a in intended.attachments],
+            [("attachment", a.filename, a.content_type, a.content) for a in intended.attachments],
         ),
     ]
 
@@ -157,8 +157,13 @@ def _is_attachment(part: Message) -> bool:
     return part.get("Content-Disposition") is not None
 
 
-def _attachment(part: Message) -> tuple[object, str, object]:
-    return part.get_filename(), part.get_content_type(), part.get_payload(decode=True)
+def _attachment(part: Message) -> tuple[object, ...]:
+    return (
+        part.get_content_disposition(),
+        part.get_filename(),
+        part.get_content_type(),
+        part.get_payload(decode=True),
+    )
 
 
 def _addresses(header: Any) -> list[str]:  # noqa: ANN401 - a parsed header, or None
