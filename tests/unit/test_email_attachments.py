@@ -158,3 +158,20 @@ async def test_stored_attachments_that_are_not_a_list_fail_the_row() -> None:
     outcome = await handler(mailer)(row(payload), budget=timedelta(seconds=60))
     assert outcome.kind is OutcomeKind.PERMANENT
     assert "'attachments' must be a list" in (outcome.reason or "")
+
+
+async def test_sealed_files_are_opened_in_memory_and_sent() -> None:
+    encryptor = AesGcmEncryptor({"k1": bytes(range(32))}, active="k1")
+    payload = email_message(**invoice(), encryptor=encryptor).payload
+    assert is_sealed(payload["attachments"])  # at rest: ciphertext, no filename, no bytes
+    assert "invoice-42.pdf" not in str(payload)
+    mailer = RecordingMailer()
+    sending = EmailHandler(
+        mailer, sender="noreply@shop.example", clock=FakeClock(NOW), encryptor=encryptor
+    )
+    outcome = await sending(row(payload), budget=timedelta(seconds=60))
+    assert outcome.kind is OutcomeKind.SENT
+    [mail] = mailer.sent
+    parsed = email.message_from_bytes(mail.data, policy=email.policy.default)
+    [part] = parsed.iter_attachments()  # type: ignore[attr-defined]
+    assert part.get_payload(decode=True) == PDF
