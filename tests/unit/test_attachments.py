@@ -568,3 +568,58 @@ def test_any_bytes_round_trip_through_the_payload_form(content: bytes) -> None:
     stored = attachments_to_json([("a.bin", "application/octet-stream", content)])
     [attachment] = attachments_from_json(stored)
     assert attachment.content == content
+
+
+# --------------------------------------------------------------------------- exact boundaries and words
+
+
+def test_the_base64_size_check_lets_the_largest_file_through() -> None:
+    # The pre-decode bound is exactly the base64 length of a largest file.
+    largest = base64.b64encode(bytes(MAX_ATTACHMENT_BYTES)).decode("ascii")
+    assert len(largest) == 4 * -(-MAX_ATTACHMENT_BYTES // 3)
+    stored = {"filename": "a.bin", "content_type": "application/octet-stream"}
+    [attachment] = attachments_from_json([{**stored, "content": largest}])
+    assert len(attachment.content) == MAX_ATTACHMENT_BYTES
+
+
+def test_filename_parameter_line_boundaries() -> None:
+    # A quoted name that just fits the 78-character line, and one character more.
+    assert mime.filename_parameter("a" * 65) == f' filename="{"a" * 65}"'
+    assert mime.filename_parameter("a" * 66).startswith(" filename*0*=utf-8''")
+    # An RFC 2231 value that just fits one line (67 + 11 = 78), and one character more.
+    assert mime.filename_parameter('"' + "a" * 57) == " filename*=utf-8''%22" + "a" * 57
+    assert mime.filename_parameter('"' + "a" * 58).startswith(" filename*0*=")
+    # Continuations hold exactly 60 characters before they break.
+    lines = mime.filename_parameter("a" * 53 + "b" * 10 + '"').split("\r\n")
+    assert lines[0] == " filename*0*=utf-8''" + "a" * 53 + ";"
+    assert lines[1] == " filename*1*=" + "b" * 10 + "%22"
+
+
+def test_refusals_say_where_and_what() -> None:
+    with pytest.raises(UnsafeHeader, match=r"\(U\+000D\) at character 2 of 3$"):
+        Attachment("a\rb", "application/pdf", PDF)
+    with pytest.raises(UnsafeHeader, match=r"give a file name$"):
+        Attachment(" a", "application/pdf", PDF)
+    with pytest.raises(UnsafeHeader, match=r"; mail readers would decode it into other text$"):
+        Attachment("=?utf-8?q?x?=", "application/pdf", PDF)
+    with pytest.raises(UnsafeHeader, match=r"!#\$&\^_\.\+- , at most 127 each, no parameters\)$"):
+        Attachment("a", "pdf", PDF)
+    with pytest.raises(
+        UnsafeHeader, match=r" \(RFC 2045 §6\.4: a composite type is never base64-encoded\)$"
+    ):
+        Attachment("a", "message/rfc822", PDF)
+    with pytest.raises(UnsafeHeader, match=r"must be a string, not int$"):
+        Attachment("a", 5, PDF)  # type: ignore[arg-type]
+    with pytest.raises(InvalidPayload, match=r"not str$"):
+        check_attachments(["a.pdf"])  # type: ignore[list-item]
+    with pytest.raises(InvalidPayload, match=r"must be a list, not dict$"):
+        attachments_from_json({})
+    with pytest.raises(InvalidPayload, match=r"'filename', 'content_type' and 'content'$"):
+        attachments_from_json([{}])
+    with pytest.raises(
+        InvalidPayload,
+        match=r"\(RFC 4648 §4: the standard alphabet, padded with '=', no line breaks or spaces\)$",
+    ):
+        attachments_from_json([{**INVOICE.to_json(), "content": "QR=="}])
+    with pytest.raises(InvalidPayload, match=r"the limit is 7,000,000 bytes a message$"):
+        check_attachments([("b", "application/pdf", bytes(MAX_ATTACHMENT_BYTES))] * 2)

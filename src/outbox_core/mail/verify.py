@@ -116,7 +116,7 @@ def _wanted(intended: Intended) -> tuple[list[str], list[str]]:
     )
     if intended.attachments:
         types = ["multipart/mixed", *types, *(a.content_type for a in intended.attachments)]
-    if len(types) > 1:
+    if intended.html or intended.attachments:  # a multipart: the encoding is each part's
         names.remove("content-transfer-encoding")
     return names, types
 
