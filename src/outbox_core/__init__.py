@@ -31,7 +31,7 @@ from outbox_core.errors import (
     UnsafeHeader,
     WebhookVerificationError,
 )
-from outbox_core.mail import OutgoingMail, build_message, validate_address
+from outbox_core.mail import Attachment, OutgoingMail, build_message, validate_address
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
 from outbox_core.outcomes import Outcome, OutcomeKind
 from outbox_core.payload import EmailPayload, validate_payload
@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_SECRET_KEYS",
     "DEFAULT_WEBHOOK_TIMING",
     "EMAIL_BACKOFF",
+    "Attachment",
     "ClaimToken",
     "ClaimedRow",
     "ConfigurationError",

@@ -22,7 +22,12 @@ for a row that cannot be decoded (never days of retries).
   other string fields: that is why secret links live in keys of their own (``password_reset_url``)
   instead of being baked into the body text: the scrub (catalogue C6) removes those keys once the
   row is sent, which it could not do to text inside a body. Construction renders the templates
-  once, so a placeholder with no field behind it is refused at enqueue, not at send.
+  once, so a placeholder with no field behind it is refused at enqueue, not at send. Its files
+  (``attachments``, a default scrub key) are decoded and checked under the rules of
+  :mod:`outbox_core.mail.attachments`, at enqueue and again at send.
+* Sizes: an e-mail without its attachments must fit :data:`MAX_MESSAGE_BYTES` (256 KiB, checked
+  by the e-mail enqueue helper); :data:`DEFAULT_MAX_BYTES`, the stores' limit for a whole payload,
+  adds room for the largest attachments a message may carry, as base64 and then sealed.
 
 Error messages name paths, keys and types, never payload values: values may be secrets.
 """
@@ -42,29 +47,57 @@ import attrs
 
 from outbox_core.errors import ConfigurationError, InvalidPayload
 from outbox_core.mail import (
+    ATTACHMENTS_KEY,
+    MAX_ATTACHMENTS,
+    MAX_ATTACHMENTS_BYTES,
     MAX_RECIPIENTS,
+    Attachment,
+    attachments_from_json,
     check_header_value,
     clean_line,
     clean_text,
     validate_address,
 )
+from outbox_core.sealing import TAG_BYTES
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "MAX_DEPTH",
+    "MAX_MESSAGE_BYTES",
     "RESERVED_KEYS",
     "EmailPayload",
     "decode_payload",
     "validate_payload",
 ]
 
-#: The default size limit of a payload's canonical JSON encoding, in bytes.
-DEFAULT_MAX_BYTES = 256 * 1024
+#: The size limit of an e-mail payload without its attachments (canonical JSON, bytes): the
+#: message itself (recipients, subject, bodies, template fields).
+MAX_MESSAGE_BYTES = 256 * 1024
+
+
+def _attachment_room() -> int:
+    """The most bytes the largest attachment list a message may carry takes in a stored payload."""
+    # As JSON: base64 of each file (4 characters per 3 bytes, rounded up per file, so at most
+    # 4/3 of (bytes + 2) each) and each file's object around it: at most 1 KiB (47 characters
+    # of keys and punctuation, a content type of at most 255, a filename of at most 255 octets,
+    # twice that if every one is a quote escaped as \").
+    files = 4 * (MAX_ATTACHMENTS_BYTES + 2 * MAX_ATTACHMENTS) // 3 + 1024 * MAX_ATTACHMENTS
+    # Sealed (catalogue B1), that JSON is encrypted (+ the tag) and base64-encoded again, inside
+    # an envelope of a few dozen characters (256 allowed, the key and its quotes included).
+    return 4 * -(-(files + TAG_BYTES) // 3) + 256
+
+
+#: The default size limit of a payload's canonical JSON encoding, in bytes: the message
+#: (:data:`MAX_MESSAGE_BYTES`) plus room for the most attachments a message may carry, sealed
+#: (7 MB of files: 9.4 MB as base64, 12.5 MB sealed; 12,734,244 bytes in all).
+DEFAULT_MAX_BYTES = MAX_MESSAGE_BYTES + _attachment_room()
 #: At most this many containers deep, the payload itself included (a dict that contains itself
 #: hits this limit too).
 MAX_DEPTH = 64
 #: The keys of an email payload that are not template fields.
-RESERVED_KEYS = frozenset({"to", "subject", "text", "html", "reply_to", "sender_name"})
+RESERVED_KEYS = frozenset(
+    {"to", "subject", "text", "html", "reply_to", "sender_name", ATTACHMENTS_KEY}
+)
 
 # U+0000 and lone surrogates: PostgreSQL jsonb refuses both.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -297,6 +330,8 @@ class EmailPayload:
     sender_name: str | None = attrs.field(default=None, validator=_optional_text)
     #: Every other top-level string field of the payload: the values templates may use.
     fields: Mapping[str, str] = attrs.field(factory=dict, converter=_fields, hash=False)
+    #: The files to attach, decoded and checked (``attachments`` in the payload).
+    attachments: tuple[Attachment, ...] = attrs.field(default=(), repr=False)
 
     def __attrs_post_init__(self) -> None:
         # Render once now, so that enqueue refuses what send would refuse.
@@ -320,6 +355,11 @@ class EmailPayload:
             html=payload.get("html"),
             reply_to=payload.get("reply_to"),
             sender_name=payload.get("sender_name"),
+            attachments=(
+                attachments_from_json(payload[ATTACHMENTS_KEY])
+                if ATTACHMENTS_KEY in payload
+                else ()
+            ),
             fields={
                 key: value
                 for key, value in payload.items()

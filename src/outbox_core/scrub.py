@@ -4,7 +4,7 @@
 Theory of operation
 -------------------
 A row's payload may carry secrets the message needs while it is unsent: one-time links
-(``setup_url``, ``password_reset_url``, ...), a public token, an attached PDF. Sent rows are kept
+(``setup_url``, ``password_reset_url``, ...), a public token, attached files (an invoice PDF). Sent rows are kept
 indefinitely (they are the delivery record), so the mark that makes a row ``dispatched`` or
 ``skipped`` removes those keys *in the same UPDATE* (ADR-072: "The mark that sets a row dispatched
 or skipped also removes six keys from payload, in the same UPDATE"). Every other key stays, with the
@@ -34,9 +34,19 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SECRET_KEYS", "REDACTED", "ScrubRules"]
 
-#: The secret-bearing keys of the design record's email payloads (ADR-072, ``scrubbedPayloadKeys``).
+#: The secret-bearing keys of the design record's email payloads (``scrubbedPayloadKeys``), and
+#: ``attachments``, where an e-mail carries its files (:mod:`outbox_core.mail.attachments`; the
+#: record's ``pdf`` key held the invoice PDF the same way, and stays for payloads that use it).
 DEFAULT_SECRET_KEYS: Final = frozenset(
-    {"setup_url", "update_url", "password_reset_url", "invite_url", "public_token", "pdf"}
+    {
+        "setup_url",
+        "update_url",
+        "password_reset_url",
+        "invite_url",
+        "public_token",
+        "pdf",
+        "attachments",
+    }
 )
 
 #: What :meth:`ScrubRules.redact` shows in place of a secret value.

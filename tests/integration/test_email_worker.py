@@ -293,3 +293,48 @@ async def test_the_row_start_gate_gives_back_rows_the_batch_cannot_finish(
     assert (report.dispatched, report.released) == (1, 1)
     assert rows(dsn)[ids[1]]["status"] == "pending"
     assert rows(dsn)[ids[1]]["attempts"] == 0
+
+
+async def test_an_invoice_pdf_arrives_byte_for_byte_and_leaves_the_row_once_sent(
+    dsn: str, store: PostgresStore, sink: SmtpSink
+) -> None:
+    """The invoice case: a PDF goes out as an attachment, then the mark scrubs it from the row."""
+    pdf = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n" + bytes(range(256)) * 64 + b"\ntrailer\n%%EOF\n"
+    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
+        message = email_message(
+            to="ann@example.org",
+            subject="Invoice $invoice_number",
+            text="Your invoice is attached. Pay it here: $update_url",
+            html="<p>Your invoice is attached.</p>",
+            fields={"invoice_number": "INV-42", "update_url": CANARY},
+            attachments=[("Rechnung INV-42 (März).pdf", "application/pdf", pdf)],
+        )
+        row_id = int((await enqueue_async(conn, message)).row_id)
+    pending = rows(dsn)[row_id]
+    assert pending["payload"]["attachments"][0]["filename"] == "Rechnung INV-42 (März).pdf"
+
+    handler = EmailHandler(mailer_for(sink), sender=SENDER, clock=SystemClock())
+    stats = await make_worker(store, handler).run(drain=True)
+
+    assert stats.dispatched == 1
+    [mail] = sink.received
+    assert mail.tls
+    received = message_from_bytes(mail.data, policy=policy.default)
+    assert [part.get_content_type() for part in received.walk()] == [
+        "multipart/mixed",
+        "multipart/alternative",
+        "text/plain",
+        "text/html",
+        "application/pdf",
+    ]
+    assert CANARY in received.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    [attached] = received.iter_attachments()  # type: ignore[attr-defined]
+    assert attached.get_filename() == "Rechnung INV-42 (März).pdf"
+    assert attached.get_payload(decode=True) == pdf
+    sent = rows(dsn)[row_id]
+    assert sent["status"] == "dispatched"
+    # Scrubbed in the same UPDATE as the mark: no file, no link; the delivery record stays.
+    assert "attachments" not in sent["payload"]
+    assert "update_url" not in sent["payload"]
+    assert sent["payload"]["invoice_number"] == "INV-42"
+    assert sent["payload"]["to"] == "ann@example.org"

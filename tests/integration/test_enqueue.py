@@ -333,7 +333,7 @@ BAD_PAYLOADS = {
     "a tuple": ({"items": ("a", "b")}, "tuple"),
     "a non-string key": ({"n": {1: "one"}}, "int key"),
     "a NUL character": ({"to": "a\x00b"}, "U+0000"),
-    "huge": ({"blob": "x" * (MAX_PAYLOAD_BYTES + 1)}, "262,144 bytes"),
+    "huge": ({"blob": "x" * (MAX_PAYLOAD_BYTES + 1)}, f"the limit is {MAX_PAYLOAD_BYTES:,} bytes"),
 }
 
 

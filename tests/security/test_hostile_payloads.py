@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from outbox_adapters.postgres import enqueue_async
+from outbox_adapters.postgres import MAX_PAYLOAD_BYTES, enqueue_async
 from outbox_core.errors import InvalidMessage, InvalidPayload
 from outbox_core.messages import NewMessage
 
@@ -92,8 +92,11 @@ async def test_enqueue_refuses_a_payload_that_is_not_an_object(dsn):
         for bad in (["a list"], "text", 42, None):
             with pytest.raises((InvalidPayload, TypeError), match=r"mapping|JSON object"):
                 await enqueue_async(conn, NewMessage("email", bad))  # type: ignore[arg-type]
+        # The stores' limit is the whole payload's, files included (the e-mail helper holds the
+        # rest of a message to 256 KiB: see the "huge" case above).
+        huge = {"blob": "x" * (MAX_PAYLOAD_BYTES + 1)}
         with pytest.raises(InvalidPayload, match="bytes as JSON"):
-            await enqueue_async(conn, NewMessage("email", {"blob": "x" * 300_000}))
+            await enqueue_async(conn, NewMessage("email", huge))
 
 
 # --- at send: rows written around enqueue --------------------------------------------------------

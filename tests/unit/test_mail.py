@@ -22,7 +22,6 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from outbox_core import mail
 from outbox_core.errors import InvalidMessage, InvalidRecipient, UnsafeHeader
 from outbox_core.mail import (
     MAX_HEADER_LENGTH,
@@ -32,7 +31,9 @@ from outbox_core.mail import (
     check_header_value,
     clean_line,
     clean_text,
+    headers,
     validate_address,
+    verify,
 )
 
 DATE = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -429,7 +430,7 @@ def test_encoded_words_never_pass(raw: str) -> None:
         value = check_header_value(raw)
     except UnsafeHeader:
         return
-    assert mail._ENCODED_WORD.search(value) is None
+    assert headers.ENCODED_WORD.search(value) is None
     assert not UNSAFE & set(value)
 
 
@@ -622,8 +623,8 @@ def test_any_text_either_is_refused_or_reparses_to_exactly_the_intended_message(
 # --------------------------------------------------------------------------- the output gate
 
 
-def _intended(out: OutgoingMail, **changes: Any) -> mail._Intended:
-    base = mail._Intended(
+def _intended(out: OutgoingMail, **changes: Any) -> verify.Intended:
+    base = verify.Intended(
         sender=SENDER,
         recipients=out.recipients,
         reply_to=None,
@@ -636,7 +637,7 @@ def _intended(out: OutgoingMail, **changes: Any) -> mail._Intended:
 
 def test_the_output_gate_accepts_what_build_message_makes() -> None:
     out = build()
-    mail._verify_wire(out.data, _intended(out), multipart=False)
+    verify.verify_wire(out.data, _intended(out))
 
 
 @pytest.mark.parametrize(
@@ -672,14 +673,14 @@ def test_the_output_gate_refuses_bytes_that_differ_from_the_intent(
     out = build()
     data = mutate(out.data)  # type: ignore[operator]
     with pytest.raises(UnsafeHeader, match=what) as caught:
-        mail._verify_wire(data, _intended(out, **changes), multipart=multipart)
+        verify.verify_wire(data, _intended(out, html=multipart, **changes))
     assert "it was not sent" in str(caught.value)
 
 
 def test_the_output_gate_never_echoes_the_values_it_compared() -> None:
     out = build(subject=f"Reset: {SECRET_LINK}")
     with pytest.raises(UnsafeHeader, match=r"\(Subject differ\)") as caught:
-        mail._verify_wire(out.data, _intended(out, subject="Reset"), multipart=False)
+        verify.verify_wire(out.data, _intended(out, subject="Reset"))
     assert "s3cr3t" not in str(caught.value)
 
 
@@ -694,15 +695,15 @@ def test_the_output_gate_turns_any_parser_error_into_unsafe_header(to: bytes) ->
     data = out.data.replace(b"To: alice@example.org", to)
     assert data != out.data
     with pytest.raises(UnsafeHeader, match=r"could not be re-parsed \(ValueError\); it was not"):
-        mail._verify_wire(data, _intended(out), multipart=False)
+        verify.verify_wire(data, _intended(out))
 
 
 def test_the_output_gate_checks_the_mime_structure() -> None:
     out = build(html="<p>x</p>")
-    mail._verify_wire(out.data, _intended(out), multipart=True)
+    verify.verify_wire(out.data, _intended(out, html=True))
     data = out.data.replace(b"Content-Type: text/html", b"Content-Type: text/x-evil")
     with pytest.raises(UnsafeHeader, match="MIME parts"):
-        mail._verify_wire(data, _intended(out), multipart=True)
+        verify.verify_wire(data, _intended(out, html=True))
 
 
 # --------------------------------------------------------------------------- OutgoingMail

@@ -1,6 +1,6 @@
 """The message bytes ``build_message`` writes itself, against the ``email`` package as an oracle.
 
-``outbox_core.mail`` writes the MIME body directly (quoted-printable, the stdlib's encoder) instead
+``outbox_core.mail.mime`` writes the MIME body directly (quoted-printable, the stdlib's encoder) instead
 of running the ``email`` package's content manager and generator on every send. The layout must be
 the one the package gives: this module builds the same message the package's way (what
 ``build_message`` did before) and compares the bytes, on fixed edge cases and on random text.
@@ -87,9 +87,9 @@ def test_on_random_text_too(text: str, html: str | None) -> None:
 
 def test_the_self_check_makes_each_header_class_once_per_name() -> None:
     """The re-parse's registry keeps one class per header name (any case), made by the stdlib."""
-    from outbox_core.mail import _HeaderClasses  # noqa: PLC0415 - the private piece under test
+    from outbox_core.mail.verify import HeaderClasses  # noqa: PLC0415 - the piece under test
 
-    registry = _HeaderClasses()
+    registry = HeaderClasses()
     from_class = registry["From"]
     assert registry["from"] is from_class
     assert registry["FROM"] is from_class

@@ -22,6 +22,7 @@ from outbox_core.mail import MAX_RECIPIENTS, clean_line, clean_text
 from outbox_core.payload import (
     DEFAULT_MAX_BYTES,
     MAX_DEPTH,
+    MAX_MESSAGE_BYTES,
     RESERVED_KEYS,
     EmailPayload,
     decode_payload,
@@ -121,10 +122,13 @@ def test_the_size_limit_counts_utf8_bytes_of_the_compact_encoding() -> None:
         validate_payload({"a": "é" * 47}, max_bytes=100)
 
 
-def test_the_default_limit_is_256_kib() -> None:
-    assert DEFAULT_MAX_BYTES == 256 * 1024
+def test_the_default_limit_is_the_message_limit_plus_room_for_sealed_attachments() -> None:
+    # 256 KiB of message, and 7 MB of files as base64 (9.4 MB) then sealed (12.5 MB):
+    # tests/unit/test_attachments.py checks the largest attachments, sealed, do fit.
+    assert MAX_MESSAGE_BYTES == 256 * 1024
+    assert DEFAULT_MAX_BYTES == 12_734_244
     validate_payload({"pdf": "x" * (DEFAULT_MAX_BYTES - 12)})
-    with pytest.raises(InvalidPayload, match="the limit is 262,144 bytes"):
+    with pytest.raises(InvalidPayload, match="the limit is 12,734,244 bytes"):
         validate_payload({"pdf": "x" * DEFAULT_MAX_BYTES})
 
 
@@ -459,7 +463,10 @@ def test_fields_are_a_read_only_copy() -> None:
 
 
 def test_reserved_keys() -> None:
-    assert frozenset({"to", "subject", "text", "html", "reply_to", "sender_name"}) == RESERVED_KEYS
+    assert (
+        frozenset({"to", "subject", "text", "html", "reply_to", "sender_name", "attachments"})
+        == RESERVED_KEYS
+    )
 
 
 @given(st.text(), st.text(), st.text())

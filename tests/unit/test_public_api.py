@@ -9,7 +9,7 @@ import outbox_core
 
 EXPECTED = {
     "CONSUMER_BACKOFF", "DEFAULT_EMAIL_TIMING", "DEFAULT_SECRET_KEYS", "DEFAULT_WEBHOOK_TIMING",
-    "EMAIL_BACKOFF", "ClaimToken", "ClaimedRow", "ConfigurationError", "EmailPayload",
+    "EMAIL_BACKOFF", "Attachment", "ClaimToken", "ClaimedRow", "ConfigurationError", "EmailPayload",
     "EmailStepBudgets", "EmailTiming", "Event", "LaneTiming", "StoreUnavailable", "ExponentialBackoff", "HttpAttempt", "HttpFailure",
     "IllegalTransition", "InvalidMessage", "InvalidPayload", "InvalidRecipient", "Mark",
     "NewMessage", "OutboxError", "Outcome", "OutcomeKind", "OutgoingMail", "RequeueRefused",
@@ -27,12 +27,23 @@ def test_top_level_exports_are_exactly_the_documented_ones() -> None:
 
 
 def test_every_module_declares_all_and_exports_only_what_it_defines_or_reexports() -> None:
-    for info in pkgutil.iter_modules(outbox_core.__path__):
-        module = importlib.import_module(f"outbox_core.{info.name}")
+    # walk_packages: the modules of subpackages (outbox_core.mail.*) too.
+    for info in pkgutil.walk_packages(outbox_core.__path__, prefix="outbox_core."):
+        module = importlib.import_module(info.name)
         exported = module.__all__
         assert len(exported) == len(set(exported)), info.name
         missing = [name for name in exported if not hasattr(module, name)]
         assert not missing, (info.name, missing)
+
+
+def test_the_mail_package_reexports_every_public_name_of_its_modules() -> None:
+    from outbox_core import mail  # noqa: PLC0415
+
+    for info in pkgutil.iter_modules(mail.__path__, prefix="outbox_core.mail."):
+        module = importlib.import_module(info.name)
+        for name in module.__all__:
+            assert name in mail.__all__, (info.name, name)
+            assert getattr(mail, name) is getattr(module, name)
 
 
 def test_every_error_is_an_outbox_error() -> None:

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from outbox_core.errors import ConfigurationError
+from outbox_core.mail import ATTACHMENTS_KEY
 from outbox_core.scrub import DEFAULT_SECRET_KEYS, REDACTED, ScrubRules
 
 RULES = ScrubRules()
@@ -44,7 +45,7 @@ def _dumps(value: object) -> str:
     return json.dumps(value, sort_keys=False, ensure_ascii=False)
 
 
-def test_default_keys_are_the_records_six() -> None:
+def test_default_keys_are_the_records_six_and_attachments() -> None:
     assert RULES.keys == {
         "setup_url",
         "update_url",
@@ -52,7 +53,9 @@ def test_default_keys_are_the_records_six() -> None:
         "invite_url",
         "public_token",
         "pdf",
+        "attachments",
     }
+    assert ATTACHMENTS_KEY in RULES.keys  # where e-mail_message stores files
 
 
 def test_scrub_removes_the_secrets_and_keeps_the_delivery_record() -> None:

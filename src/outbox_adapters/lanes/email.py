@@ -23,10 +23,16 @@ from typing import Any
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.backoff import EMAIL_BACKOFF
 from outbox_core.errors import InvalidMessage, InvalidPayload, InvalidRecipient
-from outbox_core.mail import build_message
+from outbox_core.mail import ATTACHMENTS_KEY, Attachment, attachments_to_json, build_message
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
-from outbox_core.payload import RESERVED_KEYS, EmailPayload, decode_payload, validate_payload
+from outbox_core.payload import (
+    MAX_MESSAGE_BYTES,
+    RESERVED_KEYS,
+    EmailPayload,
+    decode_payload,
+    validate_payload,
+)
 from outbox_core.ports import Clock, Encryptor, Mailer
 from outbox_core.sealing import SealingRules, open_sealed
 from outbox_core.timing import DEFAULT_EMAIL_TIMING
@@ -58,6 +64,7 @@ def email_message(  # noqa: PLR0913 - keyword-only, one argument per message par
     reply_to: str | None = None,
     sender_name: str | None = None,
     fields: Mapping[str, Any] | None = None,
+    attachments: Sequence[Attachment | tuple[str, str, bytes]] = (),
     idempotency_key: str | None = None,
     not_before: datetime | None = None,
     lane: str = EMAIL_LANE,
@@ -72,13 +79,24 @@ def email_message(  # noqa: PLR0913 - keyword-only, one argument per message par
 
     With ``encryptor``, the fields named by ``sealing`` (the default scrub keys) are stored sealed
     under its active key, bound to ``lane`` and the field name. A field may not be named like a
-    message part (``to``, ``subject``, ``text``, ``html``, ``reply_to``, ``sender_name``).
+    message part (``to``, ``subject``, ``text``, ``html``, ``reply_to``, ``sender_name``,
+    ``attachments``).
+
+    ``attachments`` are :class:`~outbox_core.mail.Attachment` objects or ``(filename,
+    content_type, content)`` triples, stored base64 under ``attachments`` (a default scrub key:
+    the files leave the row once it is sent). Limits: :data:`~outbox_core.mail.MAX_ATTACHMENTS`
+    files, :data:`~outbox_core.mail.MAX_ATTACHMENT_BYTES` each,
+    :data:`~outbox_core.mail.MAX_ATTACHMENTS_BYTES` together; the rest of the message must fit
+    :data:`~outbox_core.payload.MAX_MESSAGE_BYTES`.
     """
     payload: dict[str, Any] = {**_template_fields(fields), "to": _recipients(to)}
     payload.update({"subject": subject, "text": text})
     optional = {"html": html, "reply_to": reply_to, "sender_name": sender_name}
     payload.update({key: value for key, value in optional.items() if value is not None})
-    checked = validate_payload(payload)
+    checked = validate_payload(payload, max_bytes=MAX_MESSAGE_BYTES)
+    if attachments:
+        # Strings only, written here: the store checks the whole payload's size when it writes it.
+        checked[ATTACHMENTS_KEY] = attachments_to_json(attachments)
     EmailPayload.from_payload(checked)  # every rule checked now, where the caller can catch it
     if encryptor is not None:
         # After the checks: templates must resolve against the plaintext fields. Validated again
@@ -156,6 +174,7 @@ class EmailHandler:
                 text=text,
                 html=html,
                 reply_to=payload.reply_to,
+                attachments=payload.attachments,
                 message_id=self.message_id(row),
                 date=self.clock.now(),
             )
