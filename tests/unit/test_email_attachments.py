@@ -16,9 +16,9 @@ import pytest
 
 from outbox_adapters.clock import FakeClock
 from outbox_adapters.crypto import AesGcmEncryptor
-from outbox_adapters.email import EmailHandler, email_message
+from outbox_adapters.lanes.email import EmailHandler, email_message
 from outbox_adapters.memory import RecordingMailer
-from outbox_adapters.records import MAX_PAYLOAD_BYTES, payload_json
+from outbox_adapters.store_rules import MAX_PAYLOAD_BYTES, payload_json
 from outbox_core.errors import InvalidPayload, UnsafeHeader
 from outbox_core.mail import MAX_ATTACHMENTS, MAX_ATTACHMENTS_BYTES, Attachment
 from outbox_core.messages import ClaimedRow, ClaimToken
