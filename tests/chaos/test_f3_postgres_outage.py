@@ -98,6 +98,9 @@ class Watched:
     def arm(self, point: str, hook: Hook) -> None:
         self._hooks[point] = hook
 
+    def disarm(self, point: str) -> None:
+        self._hooks.pop(point, None)
+
     async def _strike(self, point: str) -> None:
         hook = self._hooks.pop(point, None)
         if hook is not None:
@@ -180,6 +183,7 @@ async def _strike(
     while not fired.done():
         reason = abort()
         if reason or loop.time() > deadline:
+            watched.disarm(outage.point)  # no outage in the middle of the workers' shutdown
             raise AssertionError(
                 f"{outage.kind} at {outage.point} never struck: the armed worker made no"
                 f" {outage.point} call within {STRIKE_WITHIN}s with rows due"
