@@ -127,6 +127,17 @@ class ChaosDb:
             ).fetchall()
         return {row["id"]: row for row in found}
 
+    def due(self, lane: str) -> int:
+        """Rows of ``lane`` a claim could take now: pending and due (a claimed row's lease makes
+        it due only later). What a test checks to know a worker's next claim will find work."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM outbox_message"
+                " WHERE lane = %s AND status = 'pending' AND next_attempt_at <= now()",
+                (lane,),
+            ).fetchone()
+        return int(found[0]) if found else 0
+
     def wait_progress(self, lane: str, resolved: int, *, timeout: float) -> None:
         """Poll (every 10 ms, one connection) until at least ``resolved`` rows of ``lane`` are
         terminal: a way to act "when the drain is this far", whatever the machine's speed."""

@@ -14,6 +14,13 @@ Counted from what the SMTP server received and what the database holds:
 - work resumes within seconds of the server's return (mechanism: the detached mark retries a lost
   connection inside its budget, and the pool replaces dead connections): printed as ``resume_s``,
   the slowest outage's time from the server's return to every worker's next successful claim.
+
+Placement: each outage is armed on one worker's next claim or mark, and strikes only when that
+call comes. A claim always comes (an idle worker polls); a mark needs a row. So while an outage is
+armed the test keeps rows due on the lane (a few batches' worth, enqueued whenever fewer are left,
+never while the server is being taken down): the armed worker's next claim finds a row, and its
+mark follows, however far the drain has got and whichever worker took the other rows. Every
+planned outage strikes; none waits for a mark that cannot come.
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ TIMING = EmailTiming(
 )
 #: How long the server stays down in a restart (on top of the stop and start themselves).
 DOWN_FOR = 1.0
+#: The armed call comes within a poll interval plus one row's work (rows are kept due); this is
+#: only the bound on a worker that stopped working, which the test then reports.
+STRIKE_WITHIN = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +98,9 @@ class Watched:
     def arm(self, point: str, hook: Hook) -> None:
         self._hooks[point] = hook
 
+    def disarm(self, point: str) -> None:
+        self._hooks.pop(point, None)
+
     async def _strike(self, point: str) -> None:
         hook = self._hooks.pop(point, None)
         if hook is not None:
@@ -97,7 +110,8 @@ class Watched:
         await self._strike("claim")
         try:
             rows = await self._store.claim_due(request)
-        except Exception:
+        except (Exception, asyncio.CancelledError):
+            # Cancelled: the worker's claim budget cut it off (a claim caught by the outage).
             self.failed_claims += 1
             raise
         self.claims.append((time.monotonic(), len(rows)))
@@ -135,25 +149,67 @@ async def _until(
         await asyncio.sleep(0.02)
 
 
-async def _strike(pg: ThrowawayPostgres, outage: Outage, watched: Watched) -> None:
-    """Arm the outage on the worker's next claim or mark; return once the server is back."""
-    struck = asyncio.Event()
+async def _strike(
+    pg: ThrowawayPostgres,
+    outage: Outage,
+    watched: Watched,
+    *,
+    top_up: Callable[[], None],
+    abort: Callable[[], str | None],
+) -> None:
+    """Arm the outage on the worker's next claim or mark, keep rows due until it strikes (with
+    ``top_up``, a blocking call run in a thread); return once the server is back."""
+    loop = asyncio.get_running_loop()
+    fired: asyncio.Future[asyncio.Task[None]] = loop.create_future()
+    writing = asyncio.Lock()  # rows are never being enqueued while the server is taken down
+
+    async def take_down() -> None:
+        async with writing:
+            if outage.kind == "terminate":
+                await asyncio.to_thread(pg.terminate_backends)
+            else:
+                await asyncio.to_thread(pg.stop, outage.kind)  # type: ignore[arg-type]
 
     async def hook() -> None:
         # Runs inside the worker's call, which then meets the outage: don't let it go on first.
-        if outage.kind == "terminate":
-            await asyncio.to_thread(pg.terminate_backends)
-        else:
-            await asyncio.to_thread(pg.stop, outage.kind)  # type: ignore[arg-type]
-        struck.set()
+        # The outage runs in a task of its own: should the call's own budget cut it off meanwhile
+        # (a slow pg_ctl on a loaded machine), the outage still completes, and is waited for below.
+        down = asyncio.ensure_future(take_down())
+        fired.set_result(down)
+        await asyncio.shield(down)
 
     watched.arm(outage.point, hook)
-    await asyncio.wait_for(struck.wait(), timeout=30)
+    deadline = loop.time() + STRIKE_WITHIN
+    while not fired.done():
+        reason = abort()
+        if reason or loop.time() > deadline:
+            watched.disarm(outage.point)  # no outage in the middle of the workers' shutdown
+            raise AssertionError(
+                f"{outage.kind} at {outage.point} never struck: the armed worker made no"
+                f" {outage.point} call within {STRIKE_WITHIN}s with rows due"
+                + (f" ({reason})" if reason else "")
+            )
+        async with writing:
+            if not fired.done():
+                await asyncio.to_thread(top_up)
+        await asyncio.wait({fired}, timeout=0.1)
+    await fired.result()
     if outage.kind == "terminate":
         outage.back_at = time.monotonic()  # the server never left; its sessions did
         return
     await asyncio.sleep(DOWN_FOR)
     outage.back_at = await asyncio.to_thread(pg.start_again)
+
+
+def _rows_kept_due(db: Any, lane: str, ids: list[int], *, keep: int) -> Callable[[], None]:
+    """A blocking ``top_up()``: enqueue ``keep`` more rows (noted in ``ids``) when fewer than
+    ``keep`` are due on ``lane``, whatever the drain has done meanwhile."""
+
+    def top_up() -> None:
+        if db.due(lane) < keep:
+            ids.extend(db.enqueue(lane, keep))
+
+    return top_up
 
 
 def _plan(full: bool) -> list[tuple[str, str]]:
@@ -210,6 +266,9 @@ async def test_f3_postgres_outages_mid_drain(  # noqa: PLR0915, PLR0917 - one st
         gone = [i for i, task in enumerate(tasks) if task.done()]
         return f"worker(s) {gone} exited" if gone else None
 
+    # While an outage is armed: every worker's next claim and the one after find rows.
+    top_up = _rows_kept_due(db, lane, ids, keep=2 * TIMING.batch_size * n_workers)
+
     try:
         step = n_rows // (len(plan) + 1)
         for number, (kind, point) in enumerate(plan, start=1):
@@ -228,7 +287,7 @@ async def test_f3_postgres_outages_mid_drain(  # noqa: PLR0915, PLR0917 - one st
             claims_before = [len(w.claims) for w in watched]
             failed_before = sum(w.failed_claims for w in watched)
             # The outage strikes the first worker at the named step; the others wherever they are.
-            await _strike(pg, outage, watched[number % n_workers])
+            await _strike(pg, outage, watched[number % n_workers], top_up=top_up, abort=exited)
 
             def resumed(before: list[int] = claims_before, back: float = outage.back_at) -> bool:
                 return all(
@@ -277,7 +336,7 @@ async def test_f3_postgres_outages_mid_drain(  # noqa: PLR0915, PLR0917 - one st
     report(
         f"F3 outages={len(outages)} lost={lost} duplicates={duplicates} (bound {bound})"
         f" worker_exited={'yes' if exited_early else 'no'} resume_s={max(resume):.2f}"
-        f" workers={n_workers} rows={n_rows}"
+        f" workers={n_workers} rows={len(ids)}"
         f" per_outage=[{', '.join(f'{o.kind}@{o.point}:{o.resume_s:.2f}s' for o in outages)}]"
         f" failed_claims={sum(o.failed_claims for o in outages)}"
         f" stale_marks={sum(w.stats.stale_marks for w in workers)}"

@@ -219,6 +219,15 @@ class Scene:
                 ids.append(int(enqueue(conn, message, notify=False).row_id))
         return ids
 
+    def claimed(self) -> int:
+        """Rows of the lane some claim has taken (attempts grow only in a claim)."""
+        with psycopg.connect(self.pg.admin_dsn) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM outbox_message WHERE lane = %s AND attempts > 0",
+                (self.lane,),
+            ).fetchone()
+        return int(found[0]) if found else 0
+
     def statuses(self) -> dict[int, str]:
         with psycopg.connect(self.pg.admin_dsn) as conn:
             found = conn.execute(
@@ -313,6 +322,10 @@ async def claim_reply_lost(pg: ThrowawayPostgres, figures: Figures) -> None:
         a, rec_a = await s.worker(via_proxy=True)
         task_a = asyncio.create_task(a.run())
         await asyncio.wait_for(trapped.wait(), timeout=10)
+        # The claim's bytes are at the server; B starts only once it has run there (the rows
+        # leased to A: no one else claims yet), or B could take the rows first and A's lost reply
+        # would hold none.
+        await _until(lambda: s.claimed() == len(ids), within=10, what="A's claim ran on the server")
         b, rec_b = await s.worker(via_proxy=False)
         task_b = asyncio.create_task(b.run())
         await asyncio.sleep(stall_for)

@@ -37,6 +37,11 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
 TICK = 0.25
 START_TIMEOUT = 60.0
+#: B's claim lease. B is frozen holding the row (step 2) until the test resumes it (step 4), and
+#: nothing may claim the row meanwhile: A, resumed in step 3, would send a third copy. With B's
+#: lease the default 4.4 s, how long that took was a bet on the machine's speed; this outlasts
+#: every wait of the test. (A's lease stays short: B must claim after it.)
+B_LEASE = 120.0
 
 
 def test_f5_a_paused_worker_s_late_failure_never_overwrites_a_sibling_s_delivery(
@@ -52,6 +57,7 @@ def test_f5_a_paused_worker_s_late_failure_never_overwrites_a_sibling_s_delivery
         name="B",
         standby=True,
         failpoint=FailPoint(KillPoint.AFTER_REPLY_BEFORE_MARK, 1, Action.STOP),
+        lease_seconds=B_LEASE,
         **common,
     )
     b.wait_event("ready", timeout=START_TIMEOUT)
@@ -78,8 +84,8 @@ def test_f5_a_paused_worker_s_late_failure_never_overwrites_a_sibling_s_delivery
     chaos_sink.wait_copies(lane, row, 2, timeout=10)
     assert time.time() > a_claim["lease_expires_at"], "A must stay paused past its lease"
 
-    # 3. A wakes up and tries to record its (late) failure; then it is stopped for good, so it
-    #    can't re-claim the row should B's own pause outlast B's lease on a crawling machine.
+    # 3. A wakes up and tries to record its (late) failure; then it is stopped for good. (B's
+    #    lease outlasts B's pause, so A finds nothing to claim meanwhile.)
     a.resume()
     paused_for = time.time() - a_paused["t"]
     a_mark = a.wait_event("mark", timeout=30, row=row)

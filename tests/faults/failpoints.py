@@ -33,7 +33,10 @@ the mark's backend waiting on that lock — so the server holds the statement an
 reads its result. When the process dies the side transaction rolls back, the UPDATE proceeds and,
 being autocommit, commits: PostgreSQL does not notice a vanished client while it waits on a lock.
 Hence this point costs 0 duplicates here; DUPLICATE_WINDOWS allows 0..1 because a mark whose bytes
-never reached the server (or that ran inside an explicit transaction) would cost 1.
+never reached the server (or that ran inside an explicit transaction) would cost 1. The side
+connection is opened at start-up (:meth:`FailingStore.prepare`), not inside the mark: the mark's
+budget (1 s in the chaos tests) must not be spent dialling it, or on a loaded machine the mark is
+cut off before the point fires and the row's copy becomes a duplicate no kill explains.
 
 Every step also prints a JSON event line on stdout (``claimed``, ``sent``, ``mark``,
 ``failpoint``, ``resumed``) that the test reads: a fail-point line carries ``time.time()`` taken
@@ -203,6 +206,20 @@ class FailingStore:
         self.inner = inner
         self.trigger = trigger
         self.dsn = dsn
+        self._side: Any = None  # mid_mark's side connection, opened by prepare()
+
+    async def prepare(self) -> None:
+        """Open ``mid_mark``'s side connection now, before any mark's budget is running."""
+        fp = self.trigger.failpoint
+        if fp is not None and fp.point is KillPoint.MID_MARK and self._side is None:
+            self._side = await self._connect_side()
+
+    async def _connect_side(self) -> Any:
+        import psycopg  # noqa: PLC0415 - only this point needs a side connection
+
+        if self.dsn is None:
+            raise RuntimeError("the mid_mark fail-point needs the store's DSN")
+        return await psycopg.AsyncConnection.connect(self.dsn)  # a transaction opens implicitly
 
     async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
         rows = await self.inner.claim_due(request)
@@ -263,11 +280,7 @@ class FailingStore:
 
         Returns (with the mark's result) only after a ``stop``: a kill never comes back.
         """
-        import psycopg  # noqa: PLC0415 - only this point needs a side connection
-
-        if self.dsn is None:
-            raise RuntimeError("the mid_mark fail-point needs the store's DSN")
-        side = await psycopg.AsyncConnection.connect(self.dsn)  # a transaction opens implicitly
+        side, self._side = self._side or await self._connect_side(), None
         await side.execute("SELECT 1 FROM outbox_message WHERE id = %s FOR UPDATE", (mark.row_id,))
         mark_task = asyncio.ensure_future(self.inner.mark_if_pending(mark))
         waiting = False

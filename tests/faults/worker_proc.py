@@ -458,8 +458,10 @@ async def _serve(args: argparse.Namespace, trigger: Trigger) -> int:
     store = await store_class.open(args.dsn, min_size=1, max_size=4)
     mailer = SmtpMailer(settings)
     handler = FailingHandler(EmailHandler(mailer, sender=SENDER, clock=clock), trigger)
+    failing = FailingStore(store, trigger, dsn=args.dsn)
+    await failing.prepare()
     worker = Worker(
-        FailingStore(store, trigger, dsn=args.dsn),
+        failing,
         handler,
         config,
         clock=clock,
