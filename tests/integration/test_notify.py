@@ -31,9 +31,13 @@ from outbox_adapters.postgres import (
     schema,
 )
 from outbox_adapters.runtime import Worker
+from outbox_core.backoff import RetryPause
 from outbox_core.errors import ConfigurationError, StoreUnavailable
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
+
+#: The listener's reconnect pauses, shrunk for tests: 50 ms doubling to 200 ms, jittered.
+FAST_RETRY = RetryPause(base=timedelta(milliseconds=50), cap=timedelta(milliseconds=200))
 
 pytestmark = pytest.mark.integration
 
@@ -295,7 +299,7 @@ async def test_a_worker_with_a_listener_sends_a_fresh_row_within_a_second_despit
 async def test_the_listener_reconnects_after_its_backend_is_terminated_and_wakes_every_lane(
     dsn: str,
 ):
-    async with WakeupListener(dsn, retry_delay=0.05) as listener:
+    async with WakeupListener(dsn, retry=FAST_RETRY) as listener:
         lanes = {lane: listener.wakeup(lane) for lane in ("email", "sms", "webhook")}
         await settle(listener)
         for signal in lanes.values():
@@ -357,10 +361,8 @@ async def test_a_listener_that_cannot_connect_at_start_says_so(dsn: str):
 
 
 def test_listener_settings_are_checked_without_io():
-    with pytest.raises(ConfigurationError, match="retry_delay must be positive, got 0"):
-        WakeupListener("postgresql://nowhere.invalid/x", retry_delay=0)
-    with pytest.raises(ConfigurationError, match=r"max_retry_delay 0\.5 is shorter"):
-        WakeupListener("postgresql://nowhere.invalid/x", retry_delay=1, max_retry_delay=0.5)
+    with pytest.raises(ConfigurationError, match="retry must be a RetryPause"):
+        WakeupListener("postgresql://nowhere.invalid/x", retry=0.1)  # type: ignore[arg-type]
 
 
 class FreezableProxy:
@@ -424,7 +426,7 @@ async def test_the_listener_finds_a_silently_dead_connection_and_reconnects(dsn:
     async with (
         FreezableProxy(dsn) as proxy,
         WakeupListener(
-            proxy.dsn, retry_delay=0.05, health_interval=0.2, health_timeout=0.2
+            proxy.dsn, retry=FAST_RETRY, health_interval=0.2, health_timeout=0.2
         ) as listener,
     ):
         lanes = [listener.wakeup("email"), listener.wakeup("sms")]

@@ -15,7 +15,8 @@ LISTEN has no replay: whatever is committed while the connection is down is neve
 - the connection is checked every ``health_interval`` seconds (``SELECT 1`` under a deadline),
   which also finds a half-open connection that would never raise by itself (psycopg then spends
   up to ~5 s more trying to cancel the check before it gives the connection up);
-- a lost connection is re-opened with capped exponential backoff;
+- a lost connection is re-opened after the core's jittered pause (`outbox_core.backoff.LISTEN_RETRY`:
+  100 ms doubling to 5 s, ±50 %), so the listeners of many replicas don't reconnect in lockstep;
 - after every (re)connect, once ``LISTEN`` is in place, every lane is woken once: its worker claims
   and finds anything committed during the gap. Anything committed later is announced.
 
@@ -28,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -38,6 +40,7 @@ import psycopg
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.errors import as_unavailable, is_outage
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
+from outbox_core.backoff import LISTEN_RETRY, RetryPause
 from outbox_core.errors import ConfigurationError
 
 __all__ = ["WAKEUP_CHANNEL", "WakeupListener"]
@@ -63,30 +66,27 @@ class WakeupListener:
         dsn: str,
         *,
         connect_kwargs: Mapping[str, Any] | None = None,
-        retry_delay: float = 0.1,
-        max_retry_delay: float = 5.0,
+        retry: RetryPause = LISTEN_RETRY,
+        jitter: Callable[[], float] = random.random,
         health_interval: float = 30.0,
         health_timeout: float = 5.0,
         connect_timeout: float = 10.0,
     ) -> None:
+        if not isinstance(retry, RetryPause):
+            raise ConfigurationError(
+                f"WakeupListener retry must be a RetryPause (outbox_core.backoff), got {retry!r}"
+            )
         for name, value in (
-            ("retry_delay", retry_delay),
-            ("max_retry_delay", max_retry_delay),
             ("health_interval", health_interval),
             ("health_timeout", health_timeout),
             ("connect_timeout", connect_timeout),
         ):
             if value <= 0:
                 raise ConfigurationError(f"WakeupListener {name} must be positive, got {value!r}")
-        if max_retry_delay < retry_delay:
-            raise ConfigurationError(
-                f"WakeupListener max_retry_delay {max_retry_delay!r} is shorter than "
-                f"retry_delay {retry_delay!r}"
-            )
         self._dsn = dsn
         self._connect_kwargs = {"application_name": "outbox-wakeup", **(connect_kwargs or {})}
-        self._retry_delay = retry_delay
-        self._max_retry_delay = max_retry_delay
+        self._retry = retry
+        self._jitter = jitter
         self._health_interval = health_interval
         self._health_timeout = health_timeout
         self._connect_timeout = connect_timeout
@@ -156,18 +156,23 @@ class WakeupListener:
 
     # --- the background task ----------------------------------------------------------------------
 
+    def _pause(self, failures: int) -> float:
+        """The core's jittered pause: listeners of many replicas don't reconnect in lockstep."""
+        return self._retry.after(failures, jitter=self._jitter()).total_seconds()
+
     async def _run(self) -> None:
-        delay = self._retry_delay
+        failures = 0
         while True:
             if self._conn is None:
                 try:
                     self._conn = await self._connect()
                 except Exception as exc:  # noqa: BLE001 - whatever it was, retry: polling covers us
+                    failures += 1
+                    delay = self._pause(failures)
                     _log.warning(
                         "wake-up listener: reconnect failed (%s); retry in %.1fs", _why(exc), delay
                     )
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, self._max_retry_delay)
                     continue
                 self.reconnects += 1
             up_since = time.monotonic()
@@ -179,10 +184,10 @@ class WakeupListener:
             except Exception as exc:  # noqa: BLE001 - a dead listener would silently cost latency
                 _log.warning("wake-up listener: connection lost (%s); reconnecting", _why(exc))
             await self._drop_connection()
-            if time.monotonic() - up_since > self._max_retry_delay:
-                delay = self._retry_delay  # it was up a while: a fresh loss starts the backoff over
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._max_retry_delay)
+            if time.monotonic() - up_since > self._retry.cap.total_seconds():
+                failures = 0  # it was up a while: a fresh loss starts the pauses over
+            failures += 1
+            await asyncio.sleep(self._pause(failures))
 
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Wake lanes as notifications arrive; check the connection whenever it is quiet."""
