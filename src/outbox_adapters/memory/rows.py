@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from outbox_core.delivery import Status
+from outbox_core.delivery import Event, RowState, Status, step
 from outbox_core.errors import InvalidPayload
 from outbox_core.messages import ClaimToken
 from outbox_core.operator import ErrorGroup, StoredRow
@@ -45,6 +45,17 @@ class Row:
     last_error: str | None = None
     resolved_at: datetime | None = None
     scrubbed_at: datetime | None = None
+
+    def take(self, event: Event) -> None:
+        """Move the row through the core's state machine (``outbox_core.delivery.step``).
+
+        The in-memory store changes status, attempts and the scrubbed flag only through here, so
+        its rows follow the one table of moves the SQL store's guards implement; a move the table
+        does not allow raises ``IllegalTransition`` (a requeue that may not happen,
+        ``RequeueRefused``), the same refusals the contract suite expects of PostgreSQL.
+        """
+        after = step(RowState(self.status, self.attempts, self.scrubbed_at is not None), event)
+        self.status, self.attempts = after.status, after.attempts
 
     def snapshot(self) -> StoredRow:
         return StoredRow(

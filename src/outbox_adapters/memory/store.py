@@ -67,7 +67,8 @@ from outbox_adapters.store_rules import (
     usable_row_ids,
 )
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
-from outbox_core.delivery import Status, check_requeue
+from outbox_core.decide import event_for
+from outbox_core.delivery import Event, Status, check_requeue
 from outbox_core.errors import RequeueRefused
 from outbox_core.lease import fence_admits, lease_expires_at
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId, check_lane_name
@@ -201,7 +202,7 @@ class MemoryStore(MemoryOperatorReads):
             expires = lease_expires_at(now, request.lease)
             claimed: list[ClaimedRow] = []
             for row in due:
-                row.attempts += 1
+                row.take(Event.CLAIM)
                 row.next_attempt_at = expires
                 row.claim_token = request.token
                 row.claimed_at = now
@@ -238,7 +239,7 @@ class MemoryStore(MemoryOperatorReads):
         row = self._fenced_row(mark.row_id, mark.token)
         if row is not None:
             now = self._clock.now()
-            row.status = mark.status
+            row.take(event_for(mark))
             row.last_error = mark.reason
             if mark.retry_delay is not None:
                 # In the store's clock, as PostgreSQL stamps now() + delay (not the worker's).
@@ -321,8 +322,7 @@ class MemoryStore(MemoryOperatorReads):
                 previous_error=row.last_error,
             )
         )
-        row.status = Status.PENDING
-        row.attempts = 0
+        row.take(Event.REQUEUE)
         row.next_attempt_at = now
         row.claim_token = None
         row.claimed_at = None
