@@ -22,14 +22,19 @@ from typing import Any
 
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.backoff import EMAIL_BACKOFF
-from outbox_core.errors import InvalidMessage, InvalidPayload, InvalidRecipient
+from outbox_core.errors import (
+    ConfigurationError,
+    InvalidMessage,
+    InvalidPayload,
+    InvalidRecipient,
+)
 from outbox_core.mail import build_message
 from outbox_core.messages import ClaimedRow, NewMessage
 from outbox_core.outcomes import Outcome
 from outbox_core.payload import RESERVED_KEYS, EmailPayload, decode_payload, validate_payload
 from outbox_core.ports import Clock, Encryptor, Mailer
 from outbox_core.sealing import SealingRules, open_sealed
-from outbox_core.timing import DEFAULT_EMAIL_TIMING
+from outbox_core.timing import DEFAULT_EMAIL_TIMING, EmailStepBudgets
 
 __all__ = ["EMAIL_LANE", "EmailHandler", "email_lane", "email_message"]
 
@@ -111,6 +116,27 @@ def _template_fields(fields: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return fields or {}
 
 
+def _same_steps(mailer: Mailer, steps: EmailStepBudgets | None) -> EmailStepBudgets:
+    """The handler's step budgets: ``steps``, else the mailer's, else the defaults.
+
+    A mailer that keeps step budgets (``SmtpMailer.steps``) must keep the same ones: the lease is
+    derived from one set of figures, and a mailer dialling on another would not fit in it.
+    """
+    mailer_steps = getattr(mailer, "steps", None)
+    if steps is None:
+        steps = mailer_steps if isinstance(mailer_steps, EmailStepBudgets) else EmailStepBudgets()
+    if not isinstance(steps, EmailStepBudgets):
+        raise ConfigurationError(
+            f"EmailHandler steps must be EmailStepBudgets, got {type(steps).__name__}"
+        )
+    if isinstance(mailer_steps, EmailStepBudgets) and mailer_steps != steps:
+        raise ConfigurationError(
+            "the mailer's step budgets differ from the handler's (give both the lane timing's"
+            f" budgets): mailer {mailer_steps}, handler {steps}"
+        )
+    return steps
+
+
 class EmailHandler:
     """:class:`outbox_core.ports.RowHandler` for the e-mail lane."""
 
@@ -124,7 +150,9 @@ class EmailHandler:
         message_id_domain: str | None = None,
         suppressed: Callable[[str], bool] | None = None,
         encryptor: Encryptor | None = None,
+        steps: EmailStepBudgets | None = None,
     ) -> None:
+        self.steps = _same_steps(mailer, steps)
         self.mailer = mailer
         self.sender = sender
         self.sender_name = sender_name
