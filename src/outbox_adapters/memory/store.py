@@ -39,7 +39,7 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -271,7 +271,7 @@ class MemoryStore:
                 # A resolved row keeps its token: the record of which claim resolved it.
                 row.resolved_at = now
             # The scrub, in the same step as the status change (catalogue C6).
-            row.payload = _scrubbed(row.payload, mark.scrub_keys)
+            row.payload = _patched(_scrubbed(row.payload, mark.scrub_keys), mark.payload_patch)
             if mark.status in (Status.DISPATCHED, Status.SKIPPED):
                 row.scrubbed_at = now
             row.updated_at = now
@@ -420,6 +420,19 @@ def _scrubbed(text: str, keys: frozenset[str]) -> str:
         return text
     kept = {key: value for key, value in obj.items() if key not in keys}
     return json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
+
+
+def _patched(text: str, patch: Mapping[str, Any] | None) -> str:
+    """``payload || patch`` for an object (PostgreSQL's MARK); anything else is kept as it is."""
+    if not patch:
+        return text
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    if not isinstance(obj, dict):
+        return text
+    return json.dumps({**obj, **patch}, ensure_ascii=False, separators=(",", ":"))
 
 
 def _matches(row: _Row, request: RequeueRequest) -> bool:

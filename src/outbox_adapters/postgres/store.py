@@ -206,6 +206,7 @@ class PostgresStore:
             "reason": mark.reason,
             "next_attempt_at": mark.next_attempt_at,
             "scrub_keys": sorted(mark.scrub_keys),
+            "patch": _patch_json(mark),
             "now": None,
         }
         matched = await self._one_statement(statements.MARK, params)
@@ -228,6 +229,7 @@ class PostgresStore:
                 "reasons": [m.reason for m in group],
                 "next_attempt_ats": [m.next_attempt_at for m in group],
                 "scrubs": [bool(m.scrub_keys) for m in group],
+                "patches": [_patch_json(m) for m in group],
                 "scrub_keys": keys,
                 "now": None,
             }
@@ -431,6 +433,12 @@ class PostgresStore:
 
     def _fenced(self, matched: int, row_id: RowId, what: str) -> MarkResult:
         return count_mark(self.stats, _log, applied=bool(matched), row_id=row_id, what=what)
+
+
+def _patch_json(mark: Mark) -> str:
+    """The mark's payload patch as JSON text (``{}``: nothing to write)."""
+    patch = mark.payload_patch
+    return "{}" if not patch else json.dumps(dict(patch), ensure_ascii=False, separators=(",", ":"))
 
 
 def _scrub_groups(marks: Sequence[Mark]) -> list[list[Mark]]:
