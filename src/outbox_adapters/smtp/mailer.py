@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Self
 
 import aiosmtplib
+import attrs
 
 from outbox_adapters.smtp.errors import Progress, StaleSession, mapped, worst
 from outbox_adapters.smtp.sessions import (
@@ -28,7 +29,7 @@ from outbox_core.classify import SmtpStage, classify_smtp_failure, classify_smtp
 from outbox_core.errors import ConfigurationError
 from outbox_core.lease import exchange_deadline
 from outbox_core.mail import OutgoingMail
-from outbox_core.outcomes import Outcome
+from outbox_core.outcomes import Outcome, Refusal
 from outbox_core.timing import EmailStepBudgets
 from outbox_core.tls import AuthKind, SmtpTlsMode, StartTlsKind, plan_auth, plan_starttls
 
@@ -251,24 +252,24 @@ class SmtpMailer:
             await reset(client)
             return classify_smtp_reply(reply.code, reply.message)
         progress.stage = SmtpStage.RCPT_TO
-        refused: list[Outcome] = []
+        accepted: list[str] = []
+        refused: list[Refusal] = []
         for recipient in mail.recipients:
             reply = await client.execute_command(b"RCPT", f"TO:<{recipient}>".encode("ascii"))
-            if reply.code >= 300:
-                refused.append(classify_smtp_reply(reply.code, reply.message))
-        if len(refused) == len(mail.recipients):
-            # Nobody will receive it: the first refusal decides (5xx permanent, 4xx transient).
+            if 200 <= reply.code < 300:
+                accepted.append(recipient)
+            else:
+                refused.append(Refusal(recipient, classify_smtp_reply(reply.code, reply.message)))
+        if not accepted:
+            # Nobody will receive it: the first transient refusal (else the first) is the
+            # message's outcome; each recipient's own refusal goes with it.
             await reset(client)
-            return worst(refused)
-        if refused:
-            _log.warning(
-                "%d of %d recipients refused for %s; sending to the others",
-                len(refused),
-                len(mail.recipients),
-                mail.message_id,
-            )
+            return attrs.evolve(worst([r.outcome for r in refused]), refused=tuple(refused))
         progress.stage = SmtpStage.AWAITING_DATA_REPLY
         await client.data(mail.data)
+        if refused:
+            # Only the accepted recipients have it: the core settles the others (ADR 0015).
+            return Outcome.sent(delivered_to=tuple(accepted), refused=tuple(refused))
         return Outcome.sent()
 
     # --- the pool -------------------------------------------------------------------------------
