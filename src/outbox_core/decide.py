@@ -28,6 +28,11 @@ transient                   retry     pending       kept whole; due ``wait`` (be
 transient, schedule spent   fail      failed        kept whole; "retries exhausted after N ..."
 ==========================  ========  ============  ==============================================
 
+An outcome's :attr:`~outbox_core.outcomes.Outcome.progress` (payload keys recording what the
+attempt achieved, such as the recipients who already have the message) goes into the mark as its
+``payload_patch`` whatever the status, so a retry, a requeue after a failure, or an exhausted
+schedule never forgets it.
+
 ``wait = max(backoff delay, min(Retry-After, retry_after_cap))``: a peer that asks for a longer
 pause (HTTP 429/503 ``Retry-After``, RFC 9110 section 10.2.3) gets it, but never more than the cap,
 so a hostile or confused peer can't park a row for days; a shorter ``Retry-After`` never makes us
@@ -117,6 +122,9 @@ def decide(  # noqa: PLR0913 -- a sans-IO decision: the clock, the jitter draw a
         decision.reason,
         retry_delay=decision.retry_delay,
         scrub_keys=decision.scrub_keys,
+        # What the attempt achieved (e.g. who already has the message) is recorded whatever the
+        # status: a retry, a failure that an operator may requeue, and the sent record alike.
+        payload_patch=outcome.progress,
     )
 
 

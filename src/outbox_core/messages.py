@@ -10,6 +10,7 @@ from __future__ import annotations
 import string
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any, TypeAlias
 
 import attrs
@@ -129,6 +130,14 @@ def _key_set(keys: Iterable[str]) -> frozenset[str]:
     return frozenset(keys)
 
 
+def _patch(value: Mapping[str, Any] | None) -> JSONObject | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise TypeError(f"a payload patch is a mapping of payload keys, got {value!r:.80}")
+    return MappingProxyType(dict(value)) if value else None
+
+
 def _check_mark(inst: Mark, _attribute: object, _value: object) -> None:
     status = inst.status
     if (status is Status.PENDING) != (inst.retry_delay is not None):
@@ -163,6 +172,10 @@ class Mark:
     scrub_keys: frozenset[str] = attrs.field(
         default=frozenset(), converter=_key_set, validator=_check_mark
     )
+    #: Payload keys written in the same UPDATE, after the scrub (``payload - scrub || patch``):
+    #: what the attempt achieved, e.g. the recipients who already have the message
+    #: (:mod:`outbox_core.recipients`). Only an object payload takes it; ``None``: none.
+    payload_patch: JSONObject | None = attrs.field(default=None, converter=_patch, hash=False)
 
     @classmethod
     def dispatched(cls, row: ClaimedRow, *, scrub_keys: frozenset[str]) -> Mark:

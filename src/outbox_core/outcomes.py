@@ -3,16 +3,25 @@
 Adapters never retry and never pick a status: a mailer or webhook sender returns an
 :class:`Outcome`, and :func:`outbox_core.decide.decide` turns it into a mark. Like h11's
 ``send_failed()``, the I/O shell *reports*; the core *decides*.
+
+A message with several recipients can be accepted for some and refused for others (SMTP refuses
+per recipient, at RCPT). Such an attempt's outcome says who got the message
+(:attr:`Outcome.delivered_to`) and who was refused and why (:attr:`Outcome.refused`);
+:func:`outbox_core.recipients.settle` turns that into the row's outcome, with the
+:attr:`Outcome.progress` the mark records so no later attempt sends to a recipient twice.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
 
 import attrs
 
-__all__ = ["Outcome", "OutcomeKind"]
+__all__ = ["Outcome", "OutcomeKind", "Refusal"]
 
 
 class OutcomeKind(enum.StrEnum):
@@ -35,6 +44,32 @@ def _check(inst: Outcome, _attribute: object, _value: object) -> None:
         raise ValueError("only a permanent outcome can disable an endpoint")
     if inst.maybe_delivered and kind is not OutcomeKind.TRANSIENT:
         raise ValueError("maybe_delivered describes a transient failure only")
+    if inst.delivered_to and kind is not OutcomeKind.SENT:
+        raise ValueError(f"delivered_to describes a sent outcome only, not {kind}")
+    if inst.refused and kind is OutcomeKind.SKIPPED:
+        raise ValueError("a skipped outcome sent nothing, so nobody refused it")
+
+
+def _refusals(value: object) -> tuple[Refusal, ...]:
+    refusals = tuple(value) if isinstance(value, list | tuple) else value
+    if not isinstance(refusals, tuple) or not all(isinstance(r, Refusal) for r in refusals):
+        raise TypeError(f"refused must be a sequence of Refusal, got {value!r:.80}")
+    return refusals
+
+
+def _addresses(value: object) -> tuple[str, ...]:
+    addresses = tuple(value) if isinstance(value, list | tuple) else value
+    if not isinstance(addresses, tuple) or not all(isinstance(a, str) for a in addresses):
+        raise TypeError(f"delivered_to must be a sequence of addresses, got {value!r:.80}")
+    return addresses
+
+
+def _progress(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise TypeError(f"progress must be a mapping of payload keys, got {value!r:.80}")
+    return MappingProxyType(dict(value))
 
 
 @attrs.frozen
@@ -50,11 +85,22 @@ class Outcome:
     #: The peer may have processed the message before the failure (a retry may duplicate it).
     maybe_delivered: bool = False
     #: The endpoint told us it is gone for good (HTTP 410): stop sending to it.
+    # attrs runs every validator after every field is set: _check sees the fields below too.
     disable_endpoint: bool = attrs.field(default=False, validator=_check)
+    #: The recipients this attempt delivered the message to, when some others were refused.
+    delivered_to: tuple[str, ...] = attrs.field(default=(), converter=_addresses)
+    #: The recipients the peer refused in this attempt, each with what its refusal means.
+    refused: tuple[Refusal, ...] = attrs.field(default=(), converter=_refusals)
+    #: Payload keys the mark writes into the row in the same fenced UPDATE (e.g. who already has
+    #: the message), so a later attempt or a requeue knows what this attempt achieved.
+    progress: Mapping[str, Any] | None = attrs.field(default=None, converter=_progress, hash=False)
 
     @classmethod
-    def sent(cls) -> Outcome:
-        return cls(OutcomeKind.SENT)
+    def sent(
+        cls, *, delivered_to: tuple[str, ...] = (), refused: tuple[Refusal, ...] = ()
+    ) -> Outcome:
+        """Sent; with ``delivered_to`` and ``refused`` when only some recipients accepted it."""
+        return cls(OutcomeKind.SENT, delivered_to=delivered_to, refused=refused)
 
     @classmethod
     def skipped(cls, reason: str) -> Outcome:
@@ -81,3 +127,21 @@ class Outcome:
             retry_after=retry_after,
             maybe_delivered=maybe_delivered,
         )
+
+    def with_progress(self, progress: Mapping[str, Any] | None) -> Outcome:
+        """This outcome, with payload keys for its mark to write (unchanged when ``None``)."""
+        return self if progress is None else attrs.evolve(self, progress=progress)
+
+
+@attrs.frozen
+class Refusal:
+    """One recipient the peer refused (an SMTP reply to RCPT), and what that refusal means."""
+
+    #: The recipient's address, as it was sent.
+    address: str
+    #: The refusal, classified: transient (4xx: try this recipient again) or permanent (5xx).
+    outcome: Outcome
+
+    def __attrs_post_init__(self) -> None:
+        if self.outcome.kind not in (OutcomeKind.TRANSIENT, OutcomeKind.PERMANENT):
+            raise ValueError(f"a refusal is transient or permanent, not {self.outcome.kind}")

@@ -136,9 +136,8 @@ def mailer(port: int, context: Any) -> SmtpMailer:
             port=port,
             policy=SmtpSecurityPolicy(sender=SENDER),
             tls_context=context,
-            dial=BUDGETS.dial,
-            exchange_cap=BUDGETS.smtp_exchange,
-        )
+        ),
+        steps=BUDGETS,
     )
 
 

@@ -242,8 +242,6 @@ async def test_f3_postgres_outages_mid_drain(  # noqa: PLR0915, PLR0917 - one st
         port=chaos_sink.port,
         policy=SmtpSecurityPolicy(sender=SENDER),
         ca_file=chaos_sink.ca_file,
-        dial=TIMING.budgets.dial,
-        exchange_cap=TIMING.budgets.smtp_exchange,
     )
     config = email_lane(
         lane=lane,
@@ -253,7 +251,7 @@ async def test_f3_postgres_outages_mid_drain(  # noqa: PLR0915, PLR0917 - one st
     )
     stores = [await PostgresStore.open(pg.dsn, max_size=4) for _ in range(n_workers)]
     watched = [Watched(store) for store in stores]
-    mailers = [SmtpMailer(settings) for _ in range(n_workers)]
+    mailers = [SmtpMailer(settings, steps=TIMING.budgets) for _ in range(n_workers)]
     workers = [
         Worker(w, EmailHandler(m, sender=SENDER, clock=SystemClock()), config)
         for w, m in zip(watched, mailers, strict=True)

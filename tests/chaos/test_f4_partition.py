@@ -252,9 +252,8 @@ class Scene:
                 port=sink.port,
                 policy=SmtpSecurityPolicy(sender=SENDER),
                 tls_context=sink.client_context(),
-                dial=TIMING.budgets.dial,
-                exchange_cap=TIMING.budgets.smtp_exchange,
-            )
+            ),
+            steps=TIMING.budgets,
         )
         self.mailers.append(mailer)
         recorder = Recorder(store)

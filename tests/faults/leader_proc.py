@@ -329,15 +329,13 @@ async def _serve(args: argparse.Namespace) -> int:
         port=args.smtp_port,
         policy=SmtpSecurityPolicy(sender=sender),
         ca_file=args.ca_file,
-        dial=timing.budgets.dial,
-        exchange_cap=timing.budgets.smtp_exchange,
     )
     clock = SystemClock()
     store = await store_class.open(args.dsn, min_size=1, max_size=4)
-    mailer = SmtpMailer(settings)
+    mailer = SmtpMailer(settings, steps=timing.budgets)
     worker = Worker(
         store,
-        ReportingHandler(EmailHandler(mailer, sender=sender, clock=clock)),
+        ReportingHandler(EmailHandler(mailer, sender=sender, clock=clock, steps=timing.budgets)),
         config,
         clock=clock,
         leader=ReportingLease(PostgresLeaderLease(store.pool)),

@@ -450,13 +450,11 @@ async def _serve(args: argparse.Namespace, trigger: Trigger) -> int:
         port=args.smtp_port,
         policy=SmtpSecurityPolicy(sender=SENDER),
         ca_file=args.ca_file,
-        dial=timing.budgets.dial,
-        exchange_cap=timing.budgets.smtp_exchange,
     )
     install_smtp_failpoints(trigger)
     clock = SystemClock()
     store = await store_class.open(args.dsn, min_size=1, max_size=4)
-    mailer = SmtpMailer(settings)
+    mailer = SmtpMailer(settings, steps=timing.budgets)
     handler = FailingHandler(EmailHandler(mailer, sender=SENDER, clock=clock), trigger)
     failing = FailingStore(store, trigger, dsn=args.dsn)
     await failing.prepare()

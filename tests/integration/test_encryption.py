@@ -185,7 +185,9 @@ async def test_unsent_rows_hold_only_ciphertext_and_the_mail_carries_the_link(
         assert before[row_id]["status"] == "pending"
         assert_sealed(before[row_id], "k1")
 
-    handler = handler_for(sink, OLD, suppressed=lambda address: address.startswith("opted-out"))
+    handler = handler_for(
+        sink, OLD, suppressed=lambda to: [address for address in to if address.startswith("opted")]
+    )
     await drain(store, lane, handler)
 
     assert bodies(sink) == {"ann@example.org": bodies(sink)["ann@example.org"]}
@@ -194,8 +196,10 @@ async def test_unsent_rows_hold_only_ciphertext_and_the_mail_carries_the_link(
     after = stored(dsn, lane)
     assert after[ann]["status"] == "dispatched"
     assert_scrubbed(after[ann])  # gone once sent: the scrub removes the sealed field by name
-    assert after[opted_out]["status"] == "skipped"
-    assert_scrubbed(after[opted_out])
+    # A suppressed recipient fails the row at once (ADR 0015); a failed row keeps its sealed field.
+    assert after[opted_out]["status"] == "failed"
+    assert after[opted_out]["last_error"] == "recipient opted-out@example.org is suppressed"
+    assert_sealed(after[opted_out], "k1")
     assert after[bounce]["status"] == "failed"
     assert "550" in after[bounce]["last_error"]
     assert_sealed(after[bounce], "k1")  # a failed row keeps its (sealed) field
@@ -391,6 +395,7 @@ async def test_rotation_never_writes_back_over_a_row_a_worker_marked_meanwhile(
                         "reason": None,
                         "retry_delay": None,
                         "scrub_keys": ["password_reset_url"],
+                        "patch": "{}",
                         "now": None,
                     },
                 )

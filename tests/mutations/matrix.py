@@ -14,10 +14,14 @@ from typing import Any
 
 import attrs
 
+from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.runtime import marking as worker
 from outbox_adapters.runtime.leadership import Leadership
+from outbox_adapters.smtp import mailer as smtp_mailer
+from outbox_core.lease import exchange_deadline
+from outbox_core.outcomes import Outcome
 
 STORE = "tests/integration/test_postgres_store.py"
 WORKER = "tests/integration/test_email_worker.py"
@@ -25,6 +29,7 @@ ENCRYPTION = "tests/integration/test_encryption.py"
 STALE_WRITER = "tests/chaos/test_f5_stale_writer.py"  # F5: worker subprocesses, SIGSTOP/SIGCONT
 CONTRACT = "tests/contract/test_store_contract.py"
 LEADER = "tests/integration/test_leader.py"
+STEPS = "tests/integration/test_email_steps.py"
 
 
 @attrs.frozen
@@ -116,9 +121,8 @@ MUTANTS: tuple[Mutant, ...] = (
         f"{STORE}::test_dispatched_and_skipped_marks_scrub_exactly_the_secret_keys_in_the_same_update",
         _replace(
             "MARK",
-            "        payload = CASE WHEN jsonb_typeof(payload) = 'object'\n"
-            "                       THEN payload - %(scrub_keys)s::text[] ELSE payload END,\n",
-            "",
+            "(payload - %(scrub_keys)s::text[])",
+            "payload",
         ),
     ),
 )
@@ -158,9 +162,8 @@ MUTANTS += (
         f"{CONTRACT}::test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest[postgres-mark_many]",
         _replace(
             "MARK_MANY",
-            "        payload = CASE WHEN v.scrub AND jsonb_typeof(m.payload) = 'object'\n"
-            "                       THEN m.payload - %(scrub_keys)s::text[] ELSE m.payload END,\n",
-            "",
+            "(m.payload - %(scrub_keys)s::text[])",
+            "m.payload",
         ),
     ),
 )
@@ -208,6 +211,48 @@ MUTANTS += (
         "drop the renewal task beside the batch (Leadership.renewed does nothing)",
         f"{LEADER}::test_a_worker_keeps_its_lane_through_a_batch_longer_than_the_ttl",
         (Leadership, "renewed", _unrenewed),
+    ),
+)
+
+
+def _suppressed_only_if_all(recipients: Any, suppressed: Any) -> Outcome | None:
+    """The mutant of the per-recipient suppression check: the row fails only when EVERY
+    recipient is suppressed (what the handler did before ADR 0015, sending to the others)."""
+    blocked = {address.casefold() for address in suppressed}
+    if recipients and all(address.casefold() in blocked for address in recipients):
+        return Outcome.permanent("every recipient is suppressed")
+    return None
+
+
+def _constant_window(*, now: float, row_deadline: float, cap: float) -> float:
+    """The mutant of the mailer's step windows: a constant 10 s (the old SmtpSettings.dial
+    default) instead of the step budget it is given."""
+    del cap
+    return exchange_deadline(now=now, row_deadline=row_deadline, cap=10.0)
+
+
+# The e-mail step chain and the per-recipient rules (ADR 0015).
+MUTANTS += (
+    Mutant(
+        "suppression-all-not-each",
+        "per-recipient suppression before any SMTP traffic",
+        "fail the row only when every recipient is suppressed (all() instead of per recipient)",
+        f"{STEPS}::test_one_suppressed_recipient_fails_the_row_before_any_smtp_traffic",
+        (email_lane, "suppression_outcome", _suppressed_only_if_all),
+    ),
+    Mutant(
+        "smtp-window-constant",
+        "SMTP dial/exchange windows derived from the step budgets",
+        "the mailer ignores the step budget and uses a constant 10 s",
+        f"{STEPS}::test_the_worker_s_dial_budget_is_the_real_dial_timeout[1.5]",
+        (smtp_mailer, "exchange_deadline", _constant_window),
+    ),
+    Mutant(
+        "mark-no-progress",
+        "who already has the message, recorded by the fenced mark",
+        "drop the payload patch from MARK",
+        f"{STEPS}::test_a_4xx_refused_recipient_is_retried_and_the_accepted_one_is_not_sent_again",
+        _replace("MARK", " || %(patch)s::jsonb", ""),
     ),
 )
 

@@ -18,8 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from outbox_adapters.cli import main
-from outbox_adapters.lanes.email import email_lane
-from outbox_adapters.smtp import SmtpSettings
+from outbox_adapters.clock import SystemClock
+from outbox_adapters.lanes.email import EmailHandler, email_lane
+from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.errors import ConfigurationError
 from outbox_core.scrub import ScrubRules
 from outbox_core.timing import EmailStepBudgets, EmailTiming
@@ -90,8 +91,8 @@ REFUSED = [
     ("url-port-text", lambda: from_url("smtp://smtp.example.org:submission"), "SMTP URL has an invalid port"),
     ("url-no-host", lambda: from_url("smtp://:587"), "SMTP host must be a host name or address"),
     # timeouts and the session pool
-    ("dial-zero", lambda: settings(dial=timedelta(0)), "SMTP dial must be a duration above 0s"),
-    ("exchange-negative", lambda: settings(exchange_cap=timedelta(seconds=-1)), "SMTP exchange_cap must be a duration above 0s"),
+    ("mailer-steps-not-budgets", lambda: SmtpMailer(settings(), steps={"dial": 10}), "SmtpMailer steps must be the lane's EmailStepBudgets"),
+    ("mailer-and-handler-disagree", lambda: EmailHandler(SmtpMailer(settings()), sender=SENDER, clock=SystemClock(), steps=EmailStepBudgets(dial=timedelta(seconds=12))), "the mailer's step budgets differ from the handler's"),
     ("sessions-zero", lambda: settings(max_sessions=0), "SMTP max_sessions must be a whole number from 1 to 64"),
     ("sessions-too-many", lambda: settings(max_sessions=65), "SMTP max_sessions must be a whole number from 1 to 64"),
     ("sessions-bool", lambda: settings(max_sessions=True), "SMTP max_sessions must be a whole number"),

@@ -40,6 +40,7 @@ from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.outcomes import Outcome, OutcomeKind
+from outbox_core.timing import EmailStepBudgets
 from outbox_core.tls import SmtpSecurityPolicy
 
 pytestmark = pytest.mark.integration
@@ -231,7 +232,6 @@ def prepare(scenario: Scenario) -> tuple[Result, SmtpSettings | None, SmtpSink |
         port=sink.port,
         policy=policy,
         tls_context=client_context(scenario, sink),
-        dial=DIAL,
     )
     return result, settings, sink
 
@@ -239,7 +239,7 @@ def prepare(scenario: Scenario) -> tuple[Result, SmtpSettings | None, SmtpSink |
 async def run(result: Result, settings: SmtpSettings | None, sink: SmtpSink | None) -> Result:
     if settings is None or sink is None:
         return result
-    async with SmtpMailer(settings) as mailer:
+    async with SmtpMailer(settings, steps=EmailStepBudgets(dial=DIAL)) as mailer:
         handler = EmailHandler(mailer, sender=SENDER, clock=SystemClock())
         result.outcome = await handler(row_for(result.scenario), budget=timedelta(seconds=10))
     received = sink.received

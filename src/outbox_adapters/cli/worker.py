@@ -46,7 +46,7 @@ from outbox_adapters.wakeup import Wakeup
 from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.mail import validate_address
 from outbox_core.ports import Encryptor
-from outbox_core.timing import EmailTiming
+from outbox_core.timing import EmailStepBudgets, EmailTiming
 
 if TYPE_CHECKING:
     # The smtp extra is imported when the command runs, so `outbox schema sql` works without it.
@@ -66,6 +66,8 @@ class WorkerOptions:
     drain: bool
     leader: bool
     listen: bool
+    #: The step budgets the lease is derived from; the mailer's dial and exchange windows too.
+    steps: EmailStepBudgets = attrs.field(factory=EmailStepBudgets)
     encryptor: Encryptor | None = None
 
 
@@ -310,6 +312,7 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         drain=drain,
         leader=leader,
         listen=listen,
+        steps=timing.budgets,
         encryptor=encryptor_from(encryption_keys, encryption_keys_file),
     )
     smtp = _smtp_settings(
@@ -369,7 +372,7 @@ async def _work(options: WorkerOptions, smtp: SmtpSettings) -> WorkerStats:
     async with (
         connection_pool(options.database_url, max_size=pool_size) as pool,
         _wakeup(options) as wakeup,
-        SmtpMailer(smtp) as mailer,
+        SmtpMailer(smtp, steps=options.steps) as mailer,
     ):
         clock = SystemClock()
         handler = EmailHandler(
@@ -377,6 +380,7 @@ async def _work(options: WorkerOptions, smtp: SmtpSettings) -> WorkerStats:
             sender=options.sender,
             sender_name=options.sender_name,
             clock=clock,
+            steps=options.steps,
             encryptor=options.encryptor,
         )
         leader = PostgresLeaderLease(pool) if options.leader else None

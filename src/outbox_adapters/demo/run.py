@@ -306,12 +306,15 @@ async def _drive(  # noqa: PLR0913 - keyword-only, one argument per part of the 
     await _enqueue(dsn, lane=lane, canary=canary, recipients=demo_recipients(rows))
     store = await PostgresStore.open(dsn, max_size=2 * WORKERS + 1)
     # One mailer: its pool of STARTTLS sessions serves every worker.
-    mailer = SmtpMailer(_smtp_settings(sink))
-    handler = EmailHandler(mailer, sender=DEMO_SENDER, clock=SystemClock())
+    timing = EmailTiming.with_overrides(batch_size=BATCH_SIZE)
+    config = _lane_config(lane, timing)
+    # One set of step budgets: the lease is derived from them, and the mailer's windows use them.
+    steps = timing.budgets
+    mailer = SmtpMailer(_smtp_settings(sink), steps=steps)
+    handler = EmailHandler(mailer, sender=DEMO_SENDER, clock=SystemClock(), steps=steps)
     try:
         workers = [
-            Worker(store, handler, _lane_config(lane), holder=f"demo-worker-{n}")
-            for n in range(WORKERS)
+            Worker(store, handler, config, holder=f"demo-worker-{n}") for n in range(WORKERS)
         ]
         started = time.monotonic()
         tasks = [asyncio.create_task(worker.run()) for worker in workers]
@@ -354,10 +357,10 @@ async def _enqueue(
                     await enqueue_async(conn, message)
 
 
-def _lane_config(lane: str) -> LaneConfig:
+def _lane_config(lane: str, timing: EmailTiming) -> LaneConfig:
     return email_lane(
         lane=lane,
-        timing=EmailTiming.with_overrides(batch_size=BATCH_SIZE),
+        timing=timing,
         backoff=DEMO_BACKOFF,
         poll_interval=POLL_INTERVAL,
     )

@@ -16,16 +16,39 @@ and the key id.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
+
+from outbox_adapters.lanes.hooks import (
+    BounceReport,
+    Branding,
+    BrandingLookup,
+    StepFailed,
+    SuppressionCheck,
+    check_hook,
+    within,
+)
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.backoff import EMAIL_BACKOFF
-from outbox_core.errors import InvalidMessage, InvalidPayload, InvalidRecipient
-from outbox_core.mail import ATTACHMENTS_KEY, Attachment, attachments_to_json, build_message
+from outbox_core.errors import (
+    ConfigurationError,
+    InvalidMessage,
+    InvalidPayload,
+    InvalidRecipient,
+)
+from outbox_core.mail import (
+    ATTACHMENTS_KEY,
+    Attachment,
+    OutgoingMail,
+    attachments_to_json,
+    build_message,
+)
 from outbox_core.messages import ClaimedRow, NewMessage
-from outbox_core.outcomes import Outcome
+from outbox_core.outcomes import Outcome, OutcomeKind
 from outbox_core.payload import (
     MAX_MESSAGE_BYTES,
     RESERVED_KEYS,
@@ -34,10 +57,11 @@ from outbox_core.payload import (
     validate_payload,
 )
 from outbox_core.ports import Clock, Encryptor, Mailer
+from outbox_core.recipients import delivered_before, settle, still_to_send, suppression_outcome
 from outbox_core.sealing import SealingRules, open_sealed
-from outbox_core.timing import DEFAULT_EMAIL_TIMING
+from outbox_core.timing import DEFAULT_EMAIL_TIMING, EmailStepBudgets
 
-__all__ = ["EMAIL_LANE", "EmailHandler", "email_lane", "email_message"]
+__all__ = ["EMAIL_LANE", "Branding", "EmailHandler", "email_lane", "email_message"]
 
 #: The lane e-mail rows are written to unless the host picks another.
 EMAIL_LANE = "email"
@@ -129,8 +153,45 @@ def _template_fields(fields: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return fields or {}
 
 
+def _same_steps(mailer: Mailer, steps: EmailStepBudgets | None) -> EmailStepBudgets:
+    """The handler's step budgets: ``steps``, else the mailer's, else the defaults.
+
+    A mailer that keeps step budgets (``SmtpMailer.steps``) must keep the same ones: the lease is
+    derived from one set of figures, and a mailer dialling on another would not fit in it.
+    """
+    mailer_steps = getattr(mailer, "steps", None)
+    if steps is None:
+        steps = mailer_steps if isinstance(mailer_steps, EmailStepBudgets) else EmailStepBudgets()
+    if not isinstance(steps, EmailStepBudgets):
+        raise ConfigurationError(
+            f"EmailHandler steps must be EmailStepBudgets, got {type(steps).__name__}"
+        )
+    if isinstance(mailer_steps, EmailStepBudgets) and mailer_steps != steps:
+        raise ConfigurationError(
+            "the mailer's step budgets differ from the handler's (give both the lane timing's"
+            f" budgets): mailer {mailer_steps}, handler {steps}"
+        )
+    return steps
+
+
 class EmailHandler:
-    """:class:`outbox_core.ports.RowHandler` for the e-mail lane."""
+    """:class:`outbox_core.ports.RowHandler` for the e-mail lane: the step chain of ADR 0015.
+
+    For each row, under the row's deadline::
+
+        decode, open sealed fields, validate        (a bad row fails at once, permanently)
+        recipients still to send                    (those an earlier attempt delivered are left out)
+        suppression check   ≤ steps.suppression     a suppressed recipient fails the row at once,
+                                                    permanently, before any SMTP traffic
+        branding            ≤ steps.branding        the tenant's sender name and template fields
+        SMTP                dial ≤ steps.dial, exchange ≤ steps.smtp_exchange (the mailer)
+        settle              per-recipient results → the row's outcome (outbox_core.recipients)
+        bounce report       ≤ steps.bounce_report   told the permanently refused recipients
+
+    Each hook's window is ``exchange_deadline(now, row_deadline, cap=its budget)``; the send's
+    deadline keeps the bounce report's budget free when a bounce report is configured. A hook
+    that overruns or raises is the row's transient failure, naming the step.
+    """
 
     def __init__(  # noqa: PLR0913 - keyword-only collaborators and options
         self,
@@ -140,46 +201,127 @@ class EmailHandler:
         clock: Clock,
         sender_name: str | None = None,
         message_id_domain: str | None = None,
-        suppressed: Callable[[str], bool] | None = None,
+        suppressed: SuppressionCheck | None = None,
+        branding: BrandingLookup | None = None,
+        bounce_report: BounceReport | None = None,
         encryptor: Encryptor | None = None,
+        steps: EmailStepBudgets | None = None,
     ) -> None:
+        self.steps = _same_steps(mailer, steps)
+        for name, hook in (
+            ("suppressed", suppressed),
+            ("branding", branding),
+            ("bounce_report", bounce_report),
+        ):
+            check_hook(name, hook)
         self.mailer = mailer
         self.sender = sender
         self.sender_name = sender_name
         self.clock = clock
         self.domain = message_id_domain or sender.rpartition("@")[2]
         self.suppressed = suppressed
+        self.branding = branding
+        self.bounce_report = bounce_report
         self.encryptor = encryptor
+        # As seconds, once (the budgets are frozen): the per-row path reads them.
+        self._suppression = self.steps.suppression.total_seconds()
+        self._branding = self.steps.branding.total_seconds()
+        self._bounce = self.steps.bounce_report.total_seconds()
 
     def message_id(self, row: ClaimedRow) -> str:
         """Stable per row, so every attempt (and any duplicate) carries the same Message-ID."""
         return f"<outbox.{row.lane}.{row.id}.{int(row.created_at.timestamp())}@{self.domain}>"
 
     async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        loop = asyncio.get_running_loop()
+        row_deadline = loop.time() + budget.total_seconds()
         try:
-            # Opened in memory only: the stored row keeps its sealed fields until the mark scrubs them.
-            # decode_payload: a row written around enqueue (not a JSON object, NaN, ...) is a
-            # permanent failure here, not a handler crash retried for days.
-            stored = decode_payload(row.payload)
-            opened = open_sealed(stored, lane=row.lane, encryptor=self.encryptor)
-            payload = EmailPayload.from_payload(opened)
-            subject, text, html = payload.render()
-            if self.suppressed is not None and all(self.suppressed(a) for a in payload.to):
-                return Outcome.skipped("every recipient is suppressed")
-            mail = build_message(
-                sender=self.sender,
-                sender_name=payload.sender_name or self.sender_name,
-                to=payload.to,
-                subject=subject,
-                text=text,
-                html=html,
-                reply_to=payload.reply_to,
-                attachments=payload.attachments,
-                message_id=self.message_id(row),
-                date=self.clock.now(),
-            )
+            prepared = await self._prepare(row, row_deadline)
         except InvalidMessage as exc:
             # Decode and decrypt refusals included ("undeliverable: cannot decrypt field 'x': key
             # id 'k1' is ..."): every refusal of a row's content reads the same in last_error.
             return Outcome.permanent(f"undeliverable: {exc}")
-        return await self.mailer.send(mail, budget=budget)
+        except StepFailed as exc:
+            return Outcome.transient(str(exc))
+        if isinstance(prepared, Outcome):
+            return prepared
+        mail, delivered = prepared
+        # The send never eats the bounce report's budget: it is the step after it.
+        reserve = self._bounce if self.bounce_report is not None else 0.0
+        left = max(0.0, row_deadline - reserve - loop.time())
+        attempt = await self.mailer.send(mail, budget=timedelta(seconds=left))
+        outcome = settle(attempt, delivered_before=delivered)
+        bounced = tuple(r for r in attempt.refused if r.outcome.kind is OutcomeKind.PERMANENT)
+        if bounced and self.bounce_report is not None:
+            try:
+                await within(
+                    "bounce report", self._bounce, row_deadline, self.bounce_report, row, bounced
+                )
+            except StepFailed as exc:
+                # Retried (the refused recipients are refused again and reported again); who
+                # already has the message is still recorded, so nobody gets it twice.
+                return Outcome.transient(f"{exc} (after the send)").with_progress(outcome.progress)
+        return outcome
+
+    async def _prepare(
+        self, row: ClaimedRow, row_deadline: float
+    ) -> tuple[OutgoingMail, frozenset[str]] | Outcome:
+        """The message for the recipients still to send, or the outcome that ends the row now."""
+        # Opened in memory only: the stored row keeps its sealed fields until the mark scrubs them.
+        # decode_payload: a row written around enqueue (not a JSON object, NaN, ...) is a
+        # permanent failure here, not a handler crash retried for days.
+        stored = decode_payload(row.payload)
+        opened = open_sealed(stored, lane=row.lane, encryptor=self.encryptor)
+        payload = EmailPayload.from_payload(opened)
+        delivered = delivered_before(stored)
+        remaining = still_to_send(payload.to, stored)
+        if not remaining:
+            return Outcome.sent()  # an earlier attempt delivered to everyone
+        if self.suppressed is not None:
+            found = await within(
+                "suppression check", self._suppression, row_deadline, self.suppressed, remaining
+            )
+            refusal = suppression_outcome(remaining, _addresses(found))
+            if refusal is not None:
+                return refusal
+        sender_name = payload.sender_name or self.sender_name
+        if self.branding is not None:
+            brand = await within("branding", self._branding, row_deadline, self.branding, row)
+            payload, sender_name = _branded(payload, brand, sender_name)
+        subject, text, html = payload.render()
+        mail = build_message(
+            sender=self.sender,
+            sender_name=sender_name,
+            to=payload.to,
+            subject=subject,
+            text=text,
+            html=html,
+            reply_to=payload.reply_to,
+            attachments=payload.attachments,
+            message_id=self.message_id(row),
+            date=self.clock.now(),
+        )
+        # The header names every recipient; the envelope only those still to send.
+        return attrs.evolve(mail, recipients=remaining), delivered
+
+
+def _addresses(found: object) -> Collection[str]:
+    """What a suppression check returned, as addresses; anything else is the hook's failure."""
+    if isinstance(found, str) or not isinstance(found, Collection):
+        raise StepFailed(
+            f"suppression check returned {type(found).__name__}, not a collection of addresses"
+        )
+    return [item for item in found if isinstance(item, str)]
+
+
+def _branded(
+    payload: EmailPayload, brand: object, sender_name: str | None
+) -> tuple[EmailPayload, str | None]:
+    """The payload with the tenant's fields, and the sender name (the row's own wins)."""
+    if brand is None:
+        return payload, sender_name
+    if not isinstance(brand, Branding):
+        raise StepFailed(f"branding returned {type(brand).__name__}, not Branding or None")
+    if brand.fields:
+        payload = attrs.evolve(payload, fields={**payload.fields, **brand.fields})
+    return payload, payload.sender_name or brand.sender_name or sender_name

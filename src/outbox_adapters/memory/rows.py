@@ -4,6 +4,7 @@ do: the scrub, the requeue filter, the failed-rows order)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -105,6 +106,19 @@ def scrubbed(text: str, keys: frozenset[str]) -> str:
         return text
     kept = {key: value for key, value in obj.items() if key not in keys}
     return json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
+
+
+def patched(text: str, patch: Mapping[str, Any] | None) -> str:
+    """``payload || patch`` for an object (PostgreSQL's MARK); anything else is kept as it is."""
+    if not patch:
+        return text
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    if not isinstance(obj, dict):
+        return text
+    return json.dumps({**obj, **patch}, ensure_ascii=False, separators=(",", ":"))
 
 
 def matches(row: Row, request: RequeueRequest) -> bool:

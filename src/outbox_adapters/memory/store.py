@@ -54,6 +54,7 @@ from outbox_adapters.memory.rows import (
     decoded,
     matches,
     not_json,
+    patched,
     scrubbed,
 )
 from outbox_adapters.memory.stamps import stamp
@@ -252,7 +253,7 @@ class MemoryStore(MemoryOperatorReads):
                 # A resolved row keeps its token: the record of which claim resolved it.
                 row.resolved_at = now
             # The scrub, in the same step as the status change (catalogue C6).
-            row.payload = scrubbed(row.payload, mark.scrub_keys)
+            row.payload = patched(scrubbed(row.payload, mark.scrub_keys), mark.payload_patch)
             if mark.status in (Status.DISPATCHED, Status.SKIPPED):
                 row.scrubbed_at = now
             row.updated_at = now

@@ -155,6 +155,9 @@ ORDER BY due_at, id
 #:   ``scrub_keys`` is empty for the other marks, and a failed row keeps its whole payload. Only
 #:   an object has keys: ``jsonb - text[]`` raises for a string, number or null (even with no
 #:   keys), and a row written around enqueue may hold one, so it must still take its mark;
+#: - ``patch`` (a JSON object, ``{}`` for none) is written over the payload after the scrub, in the
+#:   same UPDATE: what the attempt achieved, e.g. the recipients who already have the message
+#:   (``Mark.payload_patch``, ADR 0015), so it is recorded by the fenced mark or not at all;
 #: - a stale mark bumps the row's lane in ``outbox_stale_marks`` in the same statement (the
 #:   ``stale`` CTE runs only when ``marked`` is empty, and costs nothing otherwise), so
 #:   ``outbox stats`` counts stale marks from every worker without a second round trip.
@@ -171,7 +174,8 @@ WITH marked AS (
                            ELSE coalesce(%(now)s::timestamptz, now()) END,
         claim_token = CASE WHEN %(status)s::text = 'pending' THEN NULL ELSE claim_token END,
         payload = CASE WHEN jsonb_typeof(payload) = 'object'
-                       THEN payload - %(scrub_keys)s::text[] ELSE payload END,
+                       THEN (payload - %(scrub_keys)s::text[]) || %(patch)s::jsonb
+                       ELSE payload END,
         scrubbed_at = CASE WHEN %(status)s::text IN ('dispatched', 'skipped')
                            THEN coalesce(%(now)s::timestamptz, now()) ELSE scrubbed_at END,
         updated_at = now()
@@ -194,15 +198,16 @@ SELECT id FROM marked
 #: The grouped mark (opt-in, ``LaneConfig.group_marks``): the marks of one window of rows in flight,
 #: ONE statement and one commit, each row still fenced on its own (status guard and its claim's
 #: token), so a mark that lost its row is dropped while the others apply. Same columns as ``MARK``;
-#: the scrub keys are shared by the group (``scrub`` says which rows take them), and the stale
-#: ones are counted per lane as by ``MARK``. Returns the ids that applied.
+#: the scrub keys are shared by the group (``scrub`` says which rows take them), each row has its
+#: own ``patch`` (``{}`` for none), and the stale ones are counted per lane as by ``MARK``.
+#: Returns the ids that applied.
 MARK_MANY = """
 WITH v AS (
     SELECT *
     FROM unnest(
         %(ids)s::bigint[], %(tokens)s::text[], %(statuses)s::text[], %(reasons)s::text[],
-        %(retry_delays)s::interval[], %(scrubs)s::boolean[]
-    ) AS v(id, token, status, reason, retry_delay, scrub)
+        %(retry_delays)s::interval[], %(scrubs)s::boolean[], %(patches)s::text[]
+    ) AS v(id, token, status, reason, retry_delay, scrub, patch)
 ),
 marked AS (
     UPDATE {queue} AS m
@@ -214,8 +219,9 @@ marked AS (
         resolved_at = CASE WHEN v.status = 'pending' THEN NULL
                            ELSE coalesce(%(now)s::timestamptz, now()) END,
         claim_token = CASE WHEN v.status = 'pending' THEN NULL ELSE m.claim_token END,
-        payload = CASE WHEN v.scrub AND jsonb_typeof(m.payload) = 'object'
-                       THEN m.payload - %(scrub_keys)s::text[] ELSE m.payload END,
+        payload = CASE WHEN jsonb_typeof(m.payload) <> 'object' THEN m.payload
+                       WHEN v.scrub THEN (m.payload - %(scrub_keys)s::text[]) || v.patch::jsonb
+                       ELSE m.payload || v.patch::jsonb END,
         scrubbed_at = CASE WHEN v.status IN ('dispatched', 'skipped')
                            THEN coalesce(%(now)s::timestamptz, now()) ELSE m.scrubbed_at END,
         updated_at = now()

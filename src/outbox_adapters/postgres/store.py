@@ -215,6 +215,7 @@ class PostgresStore:
             "reason": mark.reason,
             "retry_delay": mark.retry_delay,
             "scrub_keys": sorted(mark.scrub_keys),
+            "patch": _patch_json(mark),
             "now": None,
         }
         matched = await self._runner.run(self._sql(statements.MARK), params, rows_returned)
@@ -238,6 +239,7 @@ class PostgresStore:
                 "reasons": [m.reason for m in group],
                 "retry_delays": [m.retry_delay for m in group],
                 "scrubs": [bool(m.scrub_keys) for m in group],
+                "patches": [_patch_json(m) for m in group],
                 "scrub_keys": keys,
                 "now": None,
             }
@@ -397,6 +399,12 @@ class PostgresStore:
             lane: LaneStats(rows=counts.get(lane, {}), stale_marks=stale.get(lane, 0))
             for lane in sorted(counts.keys() | stale.keys())
         }
+
+
+def _patch_json(mark: Mark) -> str:
+    """The mark's payload patch as JSON text (``{}``: nothing to write)."""
+    patch = mark.payload_patch
+    return "{}" if not patch else json.dumps(dict(patch), ensure_ascii=False, separators=(",", ":"))
 
 
 def _scrub_groups(marks: Sequence[Mark]) -> list[list[Mark]]:

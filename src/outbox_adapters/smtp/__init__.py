@@ -2,12 +2,16 @@
 
 One delivery path serves every TLS mode (``starttls``, ``tls``, ``none``)::
 
-    wait for a session slot (≤ min(30 s, time left))   at most ``max_sessions`` sends own a session
+    wait for a session slot (≤ smtp_exchange)      at most ``max_sessions`` sends own a session
     take an idle session — or open one:
-        dial (≤ min(10 s, time left))     TCP connect; implicit TLS handshake in mode ``tls``
-        EHLO → plan_starttls → [STARTTLS → EHLO] → plan_auth → [AUTH]   ┐ exchange, ≤ min(30 s,
-    one transaction: MAIL → RCPT… → DATA                                ┘ time left after the dial)
+        dial (≤ dial)                  TCP connect and greeting; implicit TLS handshake in ``tls``
+        EHLO → plan_starttls → [STARTTLS → EHLO] → plan_auth → [AUTH]   ┐ exchange,
+    one transaction: MAIL → RCPT… → DATA                                ┘ ≤ smtp_exchange
     give the session back to the idle pool — or QUIT it, or close it
+
+Every window is ``outbox_core.lease.exchange_deadline(now, row_deadline, cap)``: the step's budget
+from the lane's ``EmailStepBudgets`` (dial 10 s, smtp_exchange 30 s by default, ``--budget`` to
+change them), never past the row's deadline. The mailer has no timeout figures of its own.
 
 The decisions (upgrade or refuse, authenticate or refuse) are made by the pure policy in
 ``outbox_core.tls``; this module only carries them out. In ``starttls`` mode a server that does not

@@ -27,6 +27,8 @@ class Progress:
         self.stage = SmtpStage.CONNECT
         #: Set while waiting for a session slot, so a timeout there says so.
         self.waiting = False
+        #: The step window the exchange is in and its budget (``dial, budget 10s``).
+        self.step = ""
 
 
 @contextlib.contextmanager
@@ -44,7 +46,8 @@ def mapped(progress: Progress, result: list[Outcome]) -> Iterator[None]:
             result.append(classify_smtp_reply(exc.code, exc.message))
     except (TimeoutError, aiosmtplib.SMTPTimeoutError):
         what = "timed out waiting for a free session" if progress.waiting else "timed out"
-        result.append(classify_smtp_failure(progress.stage, what))
+        where = f" ({progress.step})" if progress.step else ""
+        result.append(classify_smtp_failure(progress.stage, what + where))
     except ssl.SSLError as exc:
         result.append(classify_smtp_failure(SmtpStage.TLS, f"TLS failed: {exc.reason or exc}"))
     except (aiosmtplib.SMTPException, OSError) as exc:

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Self
 
 import aiosmtplib
+import attrs
 
 from outbox_adapters.smtp.errors import Progress, StaleSession, mapped, worst
 from outbox_adapters.smtp.sessions import (
@@ -25,8 +26,11 @@ from outbox_adapters.smtp.sessions import (
 )
 from outbox_adapters.smtp.settings import MailerStats, SmtpSettings
 from outbox_core.classify import SmtpStage, classify_smtp_failure, classify_smtp_reply
+from outbox_core.errors import ConfigurationError
+from outbox_core.lease import exchange_deadline
 from outbox_core.mail import OutgoingMail
-from outbox_core.outcomes import Outcome
+from outbox_core.outcomes import Outcome, Refusal
+from outbox_core.timing import EmailStepBudgets
 from outbox_core.tls import AuthKind, SmtpTlsMode, StartTlsKind, plan_auth, plan_starttls
 
 __all__ = ["SmtpMailer"]
@@ -39,12 +43,28 @@ class SmtpMailer:
 
     Safe for concurrent sends on one event loop. Call :meth:`aclose` (or use ``async with``) when
     done; a mailer moved to another event loop starts a fresh pool there.
+
+    ``steps`` are the e-mail lane's step budgets, the same object the lease is derived from
+    (``EmailTiming.budgets``): the dial is bounded by ``steps.dial`` and the wait for a session
+    and the exchange by ``steps.smtp_exchange``, each also by the row's deadline (ADR 0015).
+    The mailer has no figures of its own, so its timeouts can't disagree with the lease.
     """
 
-    def __init__(self, settings: SmtpSettings) -> None:
+    def __init__(self, settings: SmtpSettings, *, steps: EmailStepBudgets | None = None) -> None:
+        if steps is None:
+            steps = EmailStepBudgets()
+        if not isinstance(steps, EmailStepBudgets):
+            raise ConfigurationError(
+                f"SmtpMailer steps must be the lane's EmailStepBudgets, got {type(steps).__name__}"
+            )
         self.settings = settings
+        #: The step budgets every window of a send is taken from.
+        self.steps = steps
         self.stats = MailerStats()
         self._pool: Pool | None = None
+        # As seconds, once (the budgets are frozen): the per-send path reads them.
+        self._dial = steps.dial.total_seconds()
+        self._exchange = steps.smtp_exchange.total_seconds()
 
     async def __aenter__(self) -> Self:
         return self
@@ -82,23 +102,29 @@ class SmtpMailer:
 
     # --- one send -------------------------------------------------------------------------------
 
-    def _window(self, cap: timedelta, deadline: float) -> float:
-        """The absolute end of a step: ``cap`` from now, but never past the row's deadline."""
-        now = asyncio.get_running_loop().time()
-        return now + max(0.0, min(cap.total_seconds(), deadline - now))
+    @staticmethod
+    def _window(cap: float, deadline: float, progress: Progress, step: str) -> float:
+        """The absolute end of a step: the core's ``exchange_deadline`` (``cap`` from now, never
+        past the row's deadline), noted in ``progress`` so a timeout names its step."""
+        progress.step = f"{step}, budget {cap:g}s"
+        return exchange_deadline(
+            now=asyncio.get_running_loop().time(), row_deadline=deadline, cap=cap
+        )
 
     async def _deliver(
         self, pool: Pool, mail: OutgoingMail, deadline: float, progress: Progress
     ) -> Outcome:
         # Waiting for a session spends the row's budget like any other step.
         progress.waiting = True
-        async with asyncio.timeout_at(self._window(self.settings.exchange_cap, deadline)):
+        async with asyncio.timeout_at(
+            self._window(self._exchange, deadline, progress, "smtp_exchange")
+        ):
             await pool.slots.acquire()
         progress.waiting = False
         try:
             session = self._take_idle(pool)
             if session is not None:
-                exchange_end = self._window(self.settings.exchange_cap, deadline)
+                exchange_end = self._window(self._exchange, deadline, progress, "smtp_exchange")
                 try:
                     return await self._transact(
                         pool, session, mail, progress, exchange_end=exchange_end, reused=True
@@ -124,10 +150,10 @@ class SmtpMailer:
         client = self._client()
         progress.stage = SmtpStage.CONNECT
         try:
-            async with asyncio.timeout_at(self._window(self.settings.dial, deadline)):
+            async with asyncio.timeout_at(self._window(self._dial, deadline, progress, "dial")):
                 await client.connect()
             self.stats.connections_opened += 1
-            exchange_end = self._window(self.settings.exchange_cap, deadline)
+            exchange_end = self._window(self._exchange, deadline, progress, "smtp_exchange")
             async with asyncio.timeout_at(exchange_end):
                 refusal = await self._establish(client, progress)
         except BaseException:
@@ -226,24 +252,24 @@ class SmtpMailer:
             await reset(client)
             return classify_smtp_reply(reply.code, reply.message)
         progress.stage = SmtpStage.RCPT_TO
-        refused: list[Outcome] = []
+        accepted: list[str] = []
+        refused: list[Refusal] = []
         for recipient in mail.recipients:
             reply = await client.execute_command(b"RCPT", f"TO:<{recipient}>".encode("ascii"))
-            if reply.code >= 300:
-                refused.append(classify_smtp_reply(reply.code, reply.message))
-        if len(refused) == len(mail.recipients):
-            # Nobody will receive it: the first refusal decides (5xx permanent, 4xx transient).
+            if 200 <= reply.code < 300:
+                accepted.append(recipient)
+            else:
+                refused.append(Refusal(recipient, classify_smtp_reply(reply.code, reply.message)))
+        if not accepted:
+            # Nobody will receive it: the first transient refusal (else the first) is the
+            # message's outcome; each recipient's own refusal goes with it.
             await reset(client)
-            return worst(refused)
-        if refused:
-            _log.warning(
-                "%d of %d recipients refused for %s; sending to the others",
-                len(refused),
-                len(mail.recipients),
-                mail.message_id,
-            )
+            return attrs.evolve(worst([r.outcome for r in refused]), refused=tuple(refused))
         progress.stage = SmtpStage.AWAITING_DATA_REPLY
         await client.data(mail.data)
+        if refused:
+            # Only the accepted recipients have it: the core settles the others (ADR 0015).
+            return Outcome.sent(delivered_to=tuple(accepted), refused=tuple(refused))
         return Outcome.sent()
 
     # --- the pool -------------------------------------------------------------------------------

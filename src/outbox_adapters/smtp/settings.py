@@ -15,8 +15,6 @@ from outbox_core.tls import SmtpSecurityPolicy, SmtpTlsMode, describe
 
 __all__ = ["MAX_SESSIONS_LIMIT", "MailerStats", "SmtpSettings"]
 
-DEFAULT_DIAL = timedelta(seconds=10)
-DEFAULT_EXCHANGE_CAP = timedelta(seconds=30)
 DEFAULT_MAX_SESSIONS = 4
 DEFAULT_SESSION_MAX_AGE = timedelta(seconds=60)
 DEFAULT_MESSAGES_PER_SESSION = 100
@@ -39,7 +37,12 @@ def _host(_inst: object, _attribute: object, value: str) -> None:
 
 @attrs.frozen
 class SmtpSettings:
-    """Where and how to send. Refused at construction when it can't work (C8)."""
+    """Where and how to send. Refused at construction when it can't work (C8).
+
+    No timeouts here: how long a dial or an exchange may take is a step budget of the lane's
+    timing (``EmailStepBudgets.dial``, ``.smtp_exchange``), given to :class:`SmtpMailer`, so it
+    is the same figure the lease is derived from (ADR 0015).
+    """
 
     #: The relay's host name (also the name its certificate must carry).
     host: str = attrs.field(validator=_host)
@@ -47,10 +50,6 @@ class SmtpSettings:
     port: int = attrs.field(validator=_port)
     #: TLS mode, credentials, sender, environment: the pure policy of ``outbox_core.tls``.
     policy: SmtpSecurityPolicy
-    #: Budget for the TCP connect (and the implicit-TLS handshake).
-    dial: timedelta = attrs.field(default=DEFAULT_DIAL, validator=duration("SMTP"))
-    #: Upper bound of one exchange; the row's remaining budget can shorten it.
-    exchange_cap: timedelta = attrs.field(default=DEFAULT_EXCHANGE_CAP, validator=duration("SMTP"))
     #: A CA bundle to trust instead of the system store (``None``: the system store).
     ca_file: str | None = None
     #: A ready SSL context (tests, unusual setups); wins over ``ca_file``.

@@ -1,0 +1,107 @@
+"""The contract of a mark's payload patch (ADR 0015), for every store and both mark paths.
+
+A mark may carry ``payload_patch``: payload keys written in the same fenced UPDATE, after the scrub
+(``payload - scrub_keys || patch``). The e-mail lane records there who already has the message, so
+a retry or a requeue never sends to them again. A stale mark writes nothing, patch included.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+
+import attrs
+import pytest
+
+from outbox_core.delivery import Status
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
+from outbox_core.ports import ClaimRequest, MarkResult
+
+LANE = "email"
+LEASE = timedelta(seconds=60)
+SECRETS = frozenset({"setup_url", "pdf", "invite_url"})
+VIA = pytest.mark.parametrize("via", ["mark_if_pending", "mark_many"])
+
+
+async def claim_one(h, row_id: int) -> ClaimedRow:
+    token = ClaimToken.from_entropy(secrets.token_bytes(16))
+    rows = await h.store.claim_due(ClaimRequest(LANE, 10, LEASE, token, now=h.now))
+    by_id = {row.id: row for row in rows}
+    assert row_id in by_id, f"row {row_id} was not claimed; got {sorted(by_id)}"
+    return by_id[row_id]
+
+
+async def apply(h, via: str, mark: Mark) -> MarkResult:
+    if via == "mark_if_pending":
+        return await h.store.mark_if_pending(mark)
+    (result,) = await h.store.mark_many([mark])
+    return result
+
+
+DONE = {"outbox_delivered_to": ["ann@example.org"]}
+
+
+@VIA
+@pytest.mark.parametrize(
+    ("make", "status"),
+    [
+        (
+            lambda row: Mark.retry(row, "451 for bob", next_attempt_at=row.lease_expires_at),
+            "pending",
+        ),
+        (lambda row: Mark.failed(row, "550 for bob"), "failed"),
+        (lambda row: Mark.dispatched(row, scrub_keys=SECRETS), "dispatched"),
+    ],
+    ids=["retry", "failed", "dispatched"],
+)
+async def test_a_mark_writes_its_patch_over_the_payload_after_the_scrub(harness, via, make, status):
+    h = harness
+    payload = {"to": ["ann@example.org", "bob@example.org"], "setup_url": "https://x/SECRET"}
+    row_id = (await h.enqueue(NewMessage(LANE, payload))).row_id
+    row = await claim_one(h, row_id)
+    mark = attrs_evolve(make(row), DONE)
+
+    assert await apply(h, via, mark) is MarkResult.APPLIED
+
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert stored.status is Status(status)
+    expected = {**payload, **DONE}
+    if status == "dispatched":
+        del expected["setup_url"]  # the scrub still runs, and the patch after it
+    assert stored.payload == expected
+
+
+@VIA
+async def test_a_stale_mark_writes_no_patch(harness, via):
+    h = harness
+    payload = {"to": "ann@example.org"}
+    row_id = (await h.enqueue(NewMessage(LANE, payload))).row_id
+    row = await claim_one(h, row_id)
+    late = Mark(row.id, ClaimToken("another-claims-token"), Status.FAILED, "x", payload_patch=DONE)
+
+    assert await apply(h, via, late) is MarkResult.STALE
+
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert stored.payload == payload
+
+
+@VIA
+async def test_a_patch_replaces_the_key_it_names_and_keeps_the_others(harness, via):
+    h = harness
+    payload = {"to": ["a@example.org", "b@example.org"], "outbox_delivered_to": ["a@example.org"]}
+    row_id = (await h.enqueue(NewMessage(LANE, payload))).row_id
+    row = await claim_one(h, row_id)
+    both = {"outbox_delivered_to": ["a@example.org", "b@example.org"]}
+    mark = Mark.retry(row, "451", next_attempt_at=row.lease_expires_at + timedelta(seconds=1))
+
+    assert await apply(h, via, attrs_evolve(mark, both)) is MarkResult.APPLIED
+
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert stored.payload == {**payload, **both}
+
+
+def attrs_evolve(mark: Mark, patch: dict[str, list[str]]) -> Mark:
+    return attrs.evolve(mark, payload_patch=patch)
