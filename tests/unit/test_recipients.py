@@ -159,13 +159,13 @@ def test_decide_puts_the_progress_into_every_kind_of_mark():
         (Outcome.permanent("550").with_progress(done), Status.FAILED),
         (Outcome.sent(), Status.DISPATCHED),
     ]:
-        mark = decide(row(), outcome, now=NOW, backoff=EMAIL_BACKOFF, scrub=scrub, jitter=0.5)
+        mark = decide(row(), outcome, backoff=EMAIL_BACKOFF, scrub=scrub, jitter=0.5)
         assert mark.status is status
         assert mark.payload_patch == (done if outcome.progress else None)
     spent = decide(
         row(attempts=99),
         Outcome.transient("451").with_progress(done),
-        now=NOW, backoff=EMAIL_BACKOFF, scrub=scrub, jitter=0.5,
+        backoff=EMAIL_BACKOFF, scrub=scrub, jitter=0.5,
     )  # fmt: skip
     assert spent.status is Status.FAILED  # retries exhausted: who has it is still recorded
     assert spent.payload_patch == done
