@@ -623,3 +623,11 @@ def test_refusals_say_where_and_what() -> None:
         attachments_from_json([{**INVOICE.to_json(), "content": "QR=="}])
     with pytest.raises(InvalidPayload, match=r"the limit is 7,000,000 bytes a message$"):
         check_attachments([("b", "application/pdf", bytes(MAX_ATTACHMENT_BYTES))] * 2)
+
+
+def test_the_mixed_layout_is_pinned_byte_for_byte_where_case_is_a_choice() -> None:
+    data = build().data
+    assert b"\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed;\r\n boundary=" in data
+    assert b"\r\nContent-Transfer-Encoding: base64\r\nContent-Disposition: attachment;" in data
+    with pytest.raises(UnsafeHeader, match=r"of RFC 6838 names \(letters, digits and"):
+        Attachment("a", "pdf", PDF)
