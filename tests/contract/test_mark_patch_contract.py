@@ -46,7 +46,7 @@ DONE = {"outbox_delivered_to": ["ann@example.org"]}
     ("make", "status"),
     [
         (
-            lambda row: Mark.retry(row, "451 for bob", next_attempt_at=row.lease_expires_at),
+            lambda row: Mark.retry(row, "451 for bob", delay=timedelta(minutes=1)),
             "pending",
         ),
         (lambda row: Mark.failed(row, "550 for bob"), "failed"),
@@ -94,7 +94,7 @@ async def test_a_patch_replaces_the_key_it_names_and_keeps_the_others(harness, v
     row_id = (await h.enqueue(NewMessage(LANE, payload))).row_id
     row = await claim_one(h, row_id)
     both = {"outbox_delivered_to": ["a@example.org", "b@example.org"]}
-    mark = Mark.retry(row, "451", next_attempt_at=row.lease_expires_at + timedelta(seconds=1))
+    mark = Mark.retry(row, "451", delay=timedelta(seconds=1))
 
     assert await apply(h, via, attrs_evolve(mark, both)) is MarkResult.APPLIED
 
