@@ -58,6 +58,7 @@ from outbox_core.mail import (
     clean_text,
     validate_address,
 )
+from outbox_core.recipients import DELIVERED_KEY
 from outbox_core.sealing import TAG_BYTES
 
 __all__ = [
@@ -96,7 +97,17 @@ DEFAULT_MAX_BYTES = MAX_MESSAGE_BYTES + _attachment_room()
 MAX_DEPTH = 64
 #: The keys of an email payload that are not template fields.
 RESERVED_KEYS = frozenset(
-    {"to", "subject", "text", "html", "reply_to", "sender_name", ATTACHMENTS_KEY}
+    {
+        "to",
+        "subject",
+        "text",
+        "html",
+        "reply_to",
+        "sender_name",
+        ATTACHMENTS_KEY,
+        # Written by the worker's marks only: who already has the message (outbox_core.recipients).
+        DELIVERED_KEY,
+    }
 )
 
 # U+0000 and lone surrogates: PostgreSQL jsonb refuses both.
