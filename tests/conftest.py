@@ -1,17 +1,31 @@
-"""Test-wide settings: Hypothesis profiles (`HYPOTHESIS_PROFILE=ci|dev`)."""
+"""Test-wide settings and the fixtures several test directories share.
+
+- Hypothesis profiles (``HYPOTHESIS_PROFILE=dev|ci|chaos``); the strategies are in ``tests/strategies.py``.
+- ``postgres_server`` / ``postgres_dsn``: a PostgreSQL server and a database private to the session;
+  ``dsn``: that database with the outbox schema applied; ``store``: a ``PostgresStore`` on it.
+- ``sink``: a real SMTP server (aiosmtpd, STARTTLS, a throwaway CA); ``lane``: a lane per test.
+- ``report(line)``: a figure line printed past pytest's capture, and appended to
+  ``$OUTBOX_CHAOS_REPORT`` when that is set (``nox -s chaos`` prints the file as its summary).
+
+Fixtures only one directory uses live in that directory's conftest; plain helpers in
+``tests/support/``.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from outbox_adapters.demo.sink import SmtpSink
+from outbox_adapters.postgres import PostgresStore, schema
 from outbox_adapters.postgres.embedded import find_postgres
 
 # Security promise 2: every log record of the session is checked for canary tokens (tests/log_canary.py).
@@ -64,3 +78,55 @@ def postgres_dsn(postgres_server: str) -> Iterator[str]:
             contextlib.suppress(Exception),
         ):
             admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def dsn(postgres_dsn: str) -> str:
+    """The session's database with the outbox schema applied (tests share it: see ``lane``)."""
+    schema.apply(postgres_dsn)
+    return postgres_dsn
+
+
+@pytest.fixture
+async def store(dsn: str) -> AsyncIterator[PostgresStore]:
+    """A ``PostgresStore`` on ``dsn``, closed after the test."""
+    # lock_timeout: a claim that waits on a row lock fails in 2 s instead of hanging the suite.
+    async with await PostgresStore.open(
+        dsn, max_size=4, connect_kwargs={"options": "-c lock_timeout=2000"}
+    ) as opened:
+        yield opened
+
+
+@pytest.fixture
+def lane() -> str:
+    """A lane per test: tests share the database but never see each other's rows."""
+    return f"lane-{secrets.token_hex(4)}"
+
+
+# --- a real SMTP server ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sink() -> Iterator[SmtpSink]:
+    """A real SMTP server (aiosmtpd, STARTTLS, a throwaway CA) on 127.0.0.1, for one test."""
+    with SmtpSink(tls="starttls") as running:
+        yield running
+
+
+# --- figures --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def report(capsys: pytest.CaptureFixture[str]) -> Callable[[str], None]:
+    """``report("F1 kills=6 lost=0 duplicates=2 (bound 3)")``: shown even under capture, and
+    appended to ``$OUTBOX_CHAOS_REPORT`` when that is set."""
+
+    def emit(line: str) -> None:
+        with capsys.disabled():
+            print(f"\n{line}", flush=True)  # noqa: T201 - the figure line is the test's output
+        path = os.environ.get("OUTBOX_CHAOS_REPORT")
+        if path:
+            with Path(path).open("a", encoding="utf-8") as out:
+                out.write(line + "\n")
+
+    return emit

@@ -1,9 +1,10 @@
 """Shared fixtures of the chaos tests (RELIABILITY.md F-tests).
 
 - ``chaos_full``: True under ``OUTBOX_CHAOS=full`` (``nox -s chaos``): the long versions.
-- ``report(line)``: prints a figure line past pytest's capture and appends it to the file named by
-  ``OUTBOX_CHAOS_REPORT``, which ``nox -s chaos`` prints as its summary.
+- ``report(line)`` (tests/conftest.py): prints a figure line past pytest's capture and appends it
+  to the file named by ``OUTBOX_CHAOS_REPORT``, which ``nox -s chaos`` prints as its summary.
 - ``chaos_dsn``: the session's PostgreSQL database with the schema applied; ``new_lane(prefix)``.
+- ``pg``: a throwaway PostgreSQL server of the module's own, to stop, restart or partition.
 - ``chaos_sink``: a real SMTP server (aiosmtpd, STARTTLS, a throwaway CA) that counts the copies of
   every row it received, by the Message-ID the e-mail handler gives each row.
 - ``chaos_db``: enqueue mail rows on a lane, read them back, wait until they are all resolved.
@@ -21,29 +22,21 @@ import asyncio
 import os
 import re
 import secrets
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from aiosmtpd.smtp import SMTP, Envelope, Session
 from psycopg.rows import dict_row
+from tests.faults.pg import ThrowawayPostgres
+from tests.faults.worker_proc import MUTANT_ENV, WorkerOptions, WorkerProcess
 
-# `python -m pytest` puts the repository root on sys.path, the `pytest` script does not; the fault
-# tooling is imported as `tests.faults`, so make sure the root is there either way.
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from aiosmtpd.smtp import SMTP, Envelope, Session  # noqa: E402
-from tests.faults.worker_proc import MUTANT_ENV, WorkerOptions, WorkerProcess  # noqa: E402
-
-from outbox_adapters.demo.sink import ReceivedMail, SinkHandler, SmtpSink  # noqa: E402
-from outbox_adapters.lanes.email import email_message  # noqa: E402
-from outbox_adapters.postgres import enqueue, schema  # noqa: E402
+from outbox_adapters.demo.sink import ReceivedMail, SinkHandler, SmtpSink
+from outbox_adapters.lanes.email import email_message
+from outbox_adapters.postgres import enqueue, schema
 
 #: The statuses a row does not leave by itself.
 TERMINAL = frozenset({"dispatched", "skipped", "failed"})
@@ -63,29 +56,22 @@ def chaos_full() -> bool:
     return os.environ.get("OUTBOX_CHAOS", "").strip().lower() == "full"
 
 
-@pytest.fixture
-def report(capsys: pytest.CaptureFixture[str]) -> Callable[[str], None]:
-    """``report("F1 kills=6 lost=0 duplicates=2 (bound 3)")``: shown even under capture, and
-    appended to ``$OUTBOX_CHAOS_REPORT`` when that is set."""
-
-    def emit(line: str) -> None:
-        with capsys.disabled():
-            print(f"\n{line}", flush=True)  # noqa: T201 - the figure line is the test's output
-        path = os.environ.get("OUTBOX_CHAOS_REPORT")
-        if path:
-            with Path(path).open("a", encoding="utf-8") as out:
-                out.write(line + "\n")
-
-    return emit
-
-
 # --- PostgreSQL ----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
-def chaos_dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    return postgres_dsn
+def chaos_dsn(dsn: str) -> str:
+    """The session's database, schema applied: ``dsn`` of tests/conftest.py, by its chaos name."""
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL server of the module's own (schema applied) that a test may stop, restart or
+    cut off, without touching the session's server."""
+    with ThrowawayPostgres() as server:
+        schema.apply(server.dsn)
+        yield server
 
 
 @pytest.fixture

@@ -37,28 +37,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
-import psycopg
 import pytest
-from psycopg.rows import dict_row
 from tests.faults.smtp_servers import Hostility, RawSmtpServer
+from tests.support.postgres import enqueue_all, stored
+from tests.support.smtp import smtp_settings
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import PostgresStore, enqueue_async
+from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.runtime import Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp import SmtpMailer
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import ClaimRequest, MarkResult
 from outbox_core.timing import EmailStepBudgets, EmailTiming
-from outbox_core.tls import SmtpSecurityPolicy
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -118,43 +117,19 @@ class Recording:
             self.marks[int(mark.row_id)] = (first, loop.time())
 
 
-@pytest.fixture
-def dsn(chaos_dsn: str) -> str:
-    return chaos_dsn
-
-
-@pytest.fixture
-def sink() -> Iterator[SmtpSink]:
-    with SmtpSink(tls="starttls") as running:
-        yield running
-
-
 def mailer(port: int, context: Any) -> SmtpMailer:
     return SmtpMailer(
-        SmtpSettings(
-            host="127.0.0.1",
-            port=port,
-            policy=SmtpSecurityPolicy(sender=SENDER),
-            tls_context=context,
-        ),
-        steps=BUDGETS,
+        smtp_settings(port, context), steps=BUDGETS
     )
 
 
 async def enqueue_two(dsn: str, lane: str) -> tuple[int, int]:
-    ids = []
-    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
-        for to in ("ann@example.org", "bob@example.org"):
-            message = email_message(to=to, subject="Hi", text="Hello", lane=lane)
-            ids.append(int((await enqueue_async(conn, message, notify=False)).row_id))
-    return ids[0], ids[1]
-
-
-def stored(dsn: str, row_id: int) -> dict[str, Any]:
-    with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        row = conn.execute("SELECT * FROM outbox_message WHERE id = %s", (row_id,)).fetchone()
-    assert row is not None
-    return row
+    messages = [
+        email_message(to=to, subject="Hi", text="Hello", lane=lane)
+        for to in ("ann@example.org", "bob@example.org")
+    ]
+    first, second = await enqueue_all(dsn, messages, notify=False)
+    return first, second
 
 
 @attrs.define

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -37,7 +37,7 @@ from tests.faults.pg import ThrowawayPostgres
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.lanes.email import EmailHandler, email_lane
-from outbox_adapters.postgres import PostgresStore, schema
+from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.backoff import SlotSchedule
@@ -68,13 +68,6 @@ DOWN_FOR = 1.0
 #: The armed call comes within a poll interval plus one row's work (rows are kept due); this is
 #: only the bound on a worker that stopped working, which the test then reports.
 STRIKE_WITHIN = 60.0
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[ThrowawayPostgres]:
-    with ThrowawayPostgres() as server:
-        schema.apply(server.dsn)
-        yield server
 
 
 Hook = Callable[[], Awaitable[None]]

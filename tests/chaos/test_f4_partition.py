@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -53,7 +53,7 @@ from tests.faults.smtp_servers import TimedSinkHandler, timed_sink
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import PostgresStore, enqueue, schema
+from outbox_adapters.postgres import PostgresStore, enqueue
 from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.backoff import SlotSchedule
@@ -88,13 +88,6 @@ LONG_BATCH = EmailTiming(
     batch_size=2,
     lease_grace=TIMING.lease_grace,
 )
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[ThrowawayPostgres]:
-    with ThrowawayPostgres() as server:
-        schema.apply(server.dsn)
-        yield server
 
 
 # --- instruments ---------------------------------------------------------------------------------

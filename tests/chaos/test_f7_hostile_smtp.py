@@ -21,14 +21,12 @@ import asyncio
 import contextlib
 import secrets
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
-import psycopg
 import pytest
-from psycopg.rows import dict_row
 from tests.faults.smtp_servers import (
     PLAINTEXT_SENSITIVE,
     Hostility,
@@ -36,18 +34,19 @@ from tests.faults.smtp_servers import (
     no_starttls_sink,
     untrusted_context,
 )
+from tests.support.postgres import enqueue_all, stored
+from tests.support.smtp import smtp_settings
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import PostgresStore, enqueue_async
+from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.runtime import Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp import SmtpMailer
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimedRow
 from outbox_core.outcomes import Outcome
 from outbox_core.timing import EmailStepBudgets, EmailTiming
-from outbox_core.tls import SmtpSecurityPolicy
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -148,43 +147,23 @@ async def hostile_peer(name: str) -> AsyncIterator[Peer]:
 
 
 def mailer(port: int, context: ssl.SSLContext) -> SmtpMailer:
-    return SmtpMailer(
-        SmtpSettings(
-            host="127.0.0.1",
-            port=port,
-            policy=SmtpSecurityPolicy(sender=SENDER),
-            tls_context=context,
-        ),
-        steps=TIMING.budgets,
-    )
+    return SmtpMailer(smtp_settings(port, context), steps=TIMING.budgets)
 
 
 @pytest.fixture
-def dsn(chaos_dsn: str) -> str:
-    return chaos_dsn
-
-
-@pytest.fixture
-def good_sink() -> Iterator[SmtpSink]:
-    with SmtpSink(tls="starttls") as sink:
-        yield sink
+def good_sink(sink: SmtpSink) -> SmtpSink:
+    """The well-behaved server: ``sink`` of tests/conftest.py."""
+    return sink
 
 
 async def enqueue_pair(dsn: str, lane: str, hostile_to: str) -> tuple[int, int]:
     """The hostile row first, then the good one, in one transaction (claimed in that order)."""
-    ids = []
-    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
-        for to in (hostile_to, "ok@good.example"):
-            message = email_message(to=to, subject="Hello", text="Hello there", lane=lane)
-            ids.append(int((await enqueue_async(conn, message, notify=False)).row_id))
-    return ids[0], ids[1]
-
-
-def stored(dsn: str, row_id: int) -> dict[str, Any]:
-    with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        row = conn.execute("SELECT * FROM outbox_message WHERE id = %s", (row_id,)).fetchone()
-    assert row is not None
-    return row
+    messages = [
+        email_message(to=to, subject="Hello", text="Hello there", lane=lane)
+        for to in (hostile_to, "ok@good.example")
+    ]
+    hostile, good = await enqueue_all(dsn, messages, notify=False)
+    return hostile, good
 
 
 Handler = Callable[..., Awaitable[Outcome]]

@@ -27,6 +27,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tests.support.postgres import query
 
 from outbox_adapters.cli import main
 from outbox_adapters.demo.sink import SmtpSink
@@ -36,24 +37,6 @@ pytestmark = pytest.mark.integration
 
 SENDER = "outbox@example.com"
 CANARY = f"canary{secrets.token_hex(6)}"
-
-
-@pytest.fixture(scope="module")
-def dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    return postgres_dsn
-
-
-@pytest.fixture
-def lane() -> str:
-    """A lane per test: tests share the database but never see each other's rows."""
-    return f"cli-{secrets.token_hex(4)}"
-
-
-@pytest.fixture
-def sink() -> Iterator[SmtpSink]:
-    with SmtpSink(tls="starttls") as running:
-        yield running
 
 
 @pytest.fixture
@@ -79,11 +62,6 @@ def one_line_error(result: Result) -> str:
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("Error: ")
     return lines[0]
-
-
-def query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(sql, params).fetchall()
 
 
 def enqueue_email(dsn: str, lane: str, to: str, *extra: str) -> int:

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email import message_from_bytes, policy
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
+from tests.support import smtp as smtp_support
+from tests.support.postgres import enqueue_all
+from tests.support.postgres import stored_rows as rows
+from tests.support.smtp import SENDER
 
 from outbox_adapters import runtime as worker_module
 from outbox_adapters.clock import FakeClock, SystemClock
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import PostgresStore, enqueue_async, schema
+from outbox_adapters.postgres import PostgresStore, enqueue_async
 from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.backoff import SlotSchedule
@@ -32,36 +35,10 @@ from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import MarkResult
 from outbox_core.timing import EmailTiming
-from outbox_core.tls import SmtpSecurityPolicy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
-SENDER = "noreply@shop.example"
 CANARY = f"https://shop.example/reset?token=canary-{secrets.token_hex(8)}"
-
-
-@pytest.fixture(scope="module")
-def dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    return postgres_dsn
-
-
-@pytest.fixture(autouse=True)
-def _empty_tables(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE outbox_message, outbox_requeue_audit RESTART IDENTITY")
-
-
-@pytest.fixture
-async def store(dsn: str) -> AsyncIterator[PostgresStore]:
-    async with await PostgresStore.open(dsn, max_size=4) as opened:
-        yield opened
-
-
-@pytest.fixture
-def sink() -> Iterator[SmtpSink]:
-    with SmtpSink(tls="starttls") as running:
-        yield running
 
 
 _OPEN_MAILERS: list[SmtpMailer] = []
@@ -75,16 +52,8 @@ async def _close_mailers() -> AsyncIterator[None]:
 
 
 def mailer_for(sink: SmtpSink, **policy_kwargs: Any) -> SmtpMailer:
-    policy_kwargs.setdefault("sender", SENDER)
-    mailer = SmtpMailer(
-        SmtpSettings(
-            host="127.0.0.1",
-            port=sink.port,
-            policy=SmtpSecurityPolicy(**policy_kwargs),
-            tls_context=sink.client_context(),
-        )
-    )
-    _OPEN_MAILERS.append(mailer)
+    mailer = smtp_support.mailer_for(sink, **policy_kwargs)
+    _OPEN_MAILERS.append(mailer)  # closed after the test
     return mailer
 
 
@@ -96,24 +65,16 @@ def make_worker(store: PostgresStore, handler: Any, **config: Any) -> Worker:
 
 async def enqueue_mail(dsn: str, *recipients: str) -> list[int]:
     """Enqueue one message per recipient inside ONE host transaction, as an application would."""
-    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
-        await conn.execute("SELECT 1")  # the host's own business writes would be here
-        ids = []
-        for to in recipients:
-            message = email_message(
-                to=to,
-                subject="Reset your password",
-                text="Hello, reset it here: $password_reset_url",
-                fields={"password_reset_url": CANARY, "customer": "c-1"},
-            )
-            ids.append(int((await enqueue_async(conn, message)).row_id))
-        return ids
-
-
-def rows(dsn: str) -> dict[int, dict[str, Any]]:
-    with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        found = conn.execute("SELECT * FROM outbox_message ORDER BY id").fetchall()
-    return {row["id"]: row for row in found}
+    messages = [
+        email_message(
+            to=to,
+            subject="Reset your password",
+            text="Hello, reset it here: $password_reset_url",
+            fields={"password_reset_url": CANARY, "customer": "c-1"},
+        )
+        for to in recipients
+    ]
+    return await enqueue_all(dsn, messages)
 
 
 async def test_worker_delivers_over_starttls_and_records_every_outcome(

@@ -19,7 +19,6 @@ import base64
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from email import message_from_bytes, policy
 from typing import Any
@@ -27,31 +26,24 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
+from tests.support.postgres import enqueue_all
+from tests.support.smtp import SENDER, settings_for
 
 from outbox_adapters.cli import main
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.crypto import AesGcmEncryptor, format_key_entry, generate_key
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import (
-    PostgresStore,
-    enqueue,
-    enqueue_async,
-    outbox_message,
-    schema,
-    statements,
-)
+from outbox_adapters.postgres import PostgresStore, enqueue, outbox_message, statements
 from outbox_adapters.runtime import Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp import SmtpMailer
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimToken, NewMessage
 from outbox_core.ports import ClaimRequest, Encryptor, RequeueRequest
 from outbox_core.sealing import reseal
-from outbox_core.tls import SmtpSecurityPolicy
 
 pytestmark = pytest.mark.integration
 
-SENDER = "noreply@shop.example"
 TOKEN = f"canary-{secrets.token_hex(8)}"
 LINK = f"https://shop.example/reset?token={TOKEN}"
 K1, K2 = generate_key(), generate_key()
@@ -60,39 +52,13 @@ ROTATED = AesGcmEncryptor({"k2": K2, "k1": K1}, active="k2")
 NEW_ONLY = AesGcmEncryptor({"k2": K2}, active="k2")
 
 
-@pytest.fixture(scope="module")
-def dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    return postgres_dsn
-
-
-@pytest.fixture
-def lane() -> str:
-    """A lane per test: tests share the database but never see each other's rows."""
-    return f"sealed-{secrets.token_hex(4)}"
-
-
-@pytest.fixture
-async def store(dsn: str) -> AsyncIterator[PostgresStore]:
-    async with await PostgresStore.open(dsn, max_size=4) as opened:
-        yield opened
-
-
-@pytest.fixture
-def sink() -> Iterator[SmtpSink]:
-    with SmtpSink(tls="starttls") as running:
-        yield running
-
-
 def handler_for(sink: SmtpSink, encryptor: Encryptor | None, **kwargs: Any) -> EmailHandler:
-    settings = SmtpSettings(
-        host="127.0.0.1",
-        port=sink.port,
-        policy=SmtpSecurityPolicy(sender=SENDER),
-        tls_context=sink.client_context(),
-    )
     return EmailHandler(
-        SmtpMailer(settings), sender=SENDER, clock=SystemClock(), encryptor=encryptor, **kwargs
+        SmtpMailer(settings_for(sink)),
+        sender=SENDER,
+        clock=SystemClock(),
+        encryptor=encryptor,
+        **kwargs,
     )
 
 
@@ -118,11 +84,7 @@ def sealed_message(to: str, lane: str, encryptor: Encryptor) -> NewMessage:
 
 
 async def enqueue_sealed(dsn: str, lane: str, encryptor: Encryptor, *recipients: str) -> list[int]:
-    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
-        return [
-            int((await enqueue_async(conn, sealed_message(to, lane, encryptor))).row_id)
-            for to in recipients
-        ]
+    return await enqueue_all(dsn, [sealed_message(to, lane, encryptor) for to in recipients])
 
 
 def stored(dsn: str, lane: str) -> dict[int, dict[str, Any]]:

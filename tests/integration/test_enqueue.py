@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import psycopg
 import pytest
 from psycopg import pq
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy import Engine, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
+from tests.support.postgres import HANDLE_KINDS as KINDS
 
-from outbox_adapters.postgres import schema
 from outbox_adapters.postgres.enqueue import (
     MAX_PAYLOAD_BYTES,
     TransactionRequired,
@@ -33,47 +33,15 @@ from outbox_core.ports import EnqueueResult
 
 pytestmark = pytest.mark.integration
 
-KINDS = [
-    "psycopg",
-    "psycopg-async",
-    "sqlalchemy-connection",
-    "sqlalchemy-async-connection",
-    "sqlalchemy-session",
-    "sqlalchemy-async-session",
-]
 BUSINESS = "INSERT INTO enqueue_test_signup (email) VALUES ('a@example.org')"
 
 
-@pytest.fixture(scope="module")
-def dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS enqueue_test_signup (email text NOT NULL)")
-    return postgres_dsn
-
-
 @pytest.fixture(autouse=True)
-def _empty_tables(dsn: str) -> None:
+def _empty_tables(dsn: str, empty_outbox: None) -> None:
+    """The outbox (``empty_outbox``) and the host's own business table, empty."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE outbox_message, enqueue_test_signup RESTART IDENTITY")
-
-
-@pytest.fixture(scope="module")
-def engine(dsn: str) -> Iterator[Engine]:
-    # creator: the test DSN may be a libpq key/value string or point at a unix socket.
-    made = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
-    yield made
-    made.dispose()
-
-
-@pytest.fixture
-async def async_engine(dsn: str) -> AsyncIterator[AsyncEngine]:
-    async def connect() -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(dsn)
-
-    made = create_async_engine("postgresql+psycopg://", async_creator=connect)
-    yield made
-    await made.dispose()
+        conn.execute("CREATE TABLE IF NOT EXISTS enqueue_test_signup (email text NOT NULL)")
+        conn.execute("TRUNCATE enqueue_test_signup")
 
 
 def rows(dsn: str, table: str = "outbox_message") -> list[tuple[Any, ...]]:

@@ -14,7 +14,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.memory import MemoryStore
-from outbox_adapters.postgres import schema
 from outbox_adapters.postgres.leader import PostgresLeaderLease
 from outbox_adapters.runtime import Worker
 from outbox_core.messages import ClaimedRow, NewMessage
@@ -22,23 +21,11 @@ from outbox_core.outcomes import Outcome
 from outbox_core.ports import LeaderLease, LeaderTerm
 from outbox_core.timing import EmailTiming
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
 LANE = "email"
 TTL = timedelta(seconds=30)
 T0 = datetime(2031, 5, 4, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture(scope="module")
-def dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    return postgres_dsn
-
-
-@pytest.fixture(autouse=True)
-def _empty_table(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE outbox_leader")
 
 
 @pytest.fixture

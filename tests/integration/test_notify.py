@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, Self
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy import Engine, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
+from tests.support.postgres import HANDLE_KINDS as KINDS
 
 from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.postgres import (
@@ -28,7 +29,6 @@ from outbox_adapters.postgres import (
     WakeupListener,
     enqueue,
     enqueue_async,
-    schema,
 )
 from outbox_adapters.runtime import Worker
 from outbox_core.backoff import RetryPause
@@ -39,47 +39,10 @@ from outbox_core.outcomes import Outcome
 #: The listener's reconnect pauses, shrunk for tests: 50 ms doubling to 200 ms, jittered.
 FAST_RETRY = RetryPause(base=timedelta(milliseconds=50), cap=timedelta(milliseconds=200))
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
-KINDS = [
-    "psycopg",
-    "psycopg-async",
-    "sqlalchemy-connection",
-    "sqlalchemy-async-connection",
-    "sqlalchemy-session",
-    "sqlalchemy-async-session",
-]
 #: How long "nothing arrives" is watched for. Notifications reach a listener in about a millisecond.
 QUIET = 0.3
-
-
-@pytest.fixture(scope="module")
-def dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    return postgres_dsn
-
-
-@pytest.fixture(autouse=True)
-def _empty_tables(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE outbox_message, outbox_requeue_audit RESTART IDENTITY")
-
-
-@pytest.fixture(scope="module")
-def engine(dsn: str) -> Iterator[Engine]:
-    made = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
-    yield made
-    made.dispose()
-
-
-@pytest.fixture
-async def async_engine(dsn: str) -> AsyncIterator[AsyncEngine]:
-    async def connect() -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(dsn)
-
-    made = create_async_engine("postgresql+psycopg://", async_creator=connect)
-    yield made
-    await made.dispose()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import asyncio
 import collections
 import logging
 import secrets
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 from sqlalchemy import BigInteger, Column, MetaData, Table, Text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateTable
+from tests.support.postgres import stored as fetch
 
 from outbox_adapters.clock import FakeClock
 from outbox_adapters.lanes.email import email_lane
@@ -34,7 +34,7 @@ from outbox_core.messages import ClaimedRow, ClaimToken, Mark
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import ClaimRequest, MarkResult, OutboxStore, RequeueRequest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
 LANE = "email"
 LEASE = timedelta(minutes=6)
@@ -43,29 +43,6 @@ T0 = datetime(2031, 5, 4, 12, 0, tzinfo=UTC)
 SECRETS = frozenset(
     {"setup_url", "update_url", "password_reset_url", "invite_url", "public_token", "pdf"}
 )
-
-
-@pytest.fixture(scope="module")
-def dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    return postgres_dsn
-
-
-@pytest.fixture(autouse=True)
-def _empty_tables(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "TRUNCATE outbox_message, outbox_requeue_audit, outbox_stale_marks RESTART IDENTITY"
-        )
-
-
-@pytest.fixture
-async def store(dsn: str) -> AsyncIterator[PostgresStore]:
-    # lock_timeout: a claim that waits on a row lock fails in 2 s instead of hanging the suite.
-    async with await PostgresStore.open(
-        dsn, max_size=4, connect_kwargs={"options": "-c lock_timeout=2000"}
-    ) as opened:
-        yield opened
 
 
 def token() -> ClaimToken:
@@ -94,13 +71,6 @@ def insert(
             ).fetchone()[0]  # type: ignore[index]
             for n in range(count)
         ]
-
-
-def fetch(dsn: str, row_id: int) -> dict[str, Any]:
-    with psycopg.connect(dsn, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
-        row = conn.execute("SELECT * FROM outbox_message WHERE id = %s", (row_id,)).fetchone()
-    assert row is not None
-    return row
 
 
 def db_now(dsn: str) -> datetime:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
+from tests.support.smtp import SENDER, settings_for
 
 from outbox_adapters.demo import sink as smtp_sink
 from outbox_adapters.demo.sink import SinkHandler, SinkTls, SmtpSink
@@ -30,7 +31,6 @@ from outbox_core.tls import SmtpSecurityPolicy
 
 pytestmark = pytest.mark.integration
 
-SENDER = "noreply@shop.example"
 BUDGET = timedelta(seconds=10)
 
 
@@ -149,12 +149,6 @@ def sink(counting: CountingHandler) -> Iterator[SmtpSink]:
     running = start_sink(counting)
     yield running
     stop(running, counting)
-
-
-def settings_for(sink: SmtpSink, **kwargs: Any) -> SmtpSettings:
-    policy = kwargs.pop("policy", None) or SmtpSecurityPolicy(sender=SENDER)
-    kwargs.setdefault("tls_context", sink.client_context())
-    return SmtpSettings(host="127.0.0.1", port=sink.port, policy=policy, **kwargs)
 
 
 @pytest.fixture

@@ -5,6 +5,9 @@ CA) received — its envelope and the exact DATA bytes, re-parsed with the stand
 ``BytesParser(policy=default)`` — and what PostgreSQL holds. Nothing is taken from the library's
 own idea of what it sent.
 
+``dsn``, ``lane``, ``sink`` and ``store`` come from ``tests/conftest.py``; the settings and mailers
+for the sink and the row helpers from ``tests/support/``.
+
 Helpers are handed out as fixtures (``pipeline``, ``wire``, ``wire_check``) rather than imported,
 so the test modules need no import path tricks.
 
@@ -22,34 +25,30 @@ import asyncio
 import email.header
 import email.utils
 import json
-import os
 import re
 import secrets
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
-from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg.rows import dict_row
+from tests.support.postgres import enqueue_all, insert_raw, stored_rows
+from tests.support.smtp import SENDER, mailer_for
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.demo.sink import ReceivedMail, SmtpSink
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import PostgresStore, enqueue_async, schema
+from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.runtime import Worker, WorkerStats
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp import SmtpMailer
 from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimedRow, ClaimToken, NewMessage
 from outbox_core.outcomes import Outcome
-from outbox_core.tls import SmtpSecurityPolicy
 
-SENDER = "noreply@shop.example"
 #: The header names of a single-part message (lower-case); Reply-To only when one is given.
 SINGLE_PART_HEADERS = (
     "content-transfer-encoding",
@@ -144,36 +143,6 @@ def wire_check() -> WireCheck:
 # --- the real pipeline on one lane -----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    return postgres_dsn
-
-
-@pytest.fixture
-def lane() -> str:
-    """A lane per test: tests share the database but never each other's rows."""
-    return f"sec-{secrets.token_hex(4)}"
-
-
-@pytest.fixture
-def sink() -> Iterator[SmtpSink]:
-    with SmtpSink(tls="starttls") as running:
-        yield running
-
-
-def mailer_for(sink: SmtpSink, **policy_kwargs: Any) -> SmtpMailer:
-    policy_kwargs.setdefault("sender", SENDER)
-    return SmtpMailer(
-        SmtpSettings(
-            host="127.0.0.1",
-            port=sink.port,
-            policy=SmtpSecurityPolicy(**policy_kwargs),
-            tls_context=sink.client_context(),
-        )
-    )
-
-
 class Pipeline:
     """One lane of the real database, the real worker, the real mailer and the real sink."""
 
@@ -192,27 +161,16 @@ class Pipeline:
 
     async def enqueue(self, *messages: NewMessage) -> list[int]:
         """Enqueue inside ONE host transaction, as an application would."""
-        async with await psycopg.AsyncConnection.connect(self.dsn) as conn, conn.transaction():
-            return [int((await enqueue_async(conn, m)).row_id) for m in messages]
+        return await enqueue_all(self.dsn, messages)
 
     def insert_raw(self, payload: object) -> int:
         """A row written AROUND enqueue (a buggy producer, an old row): ``payload`` as JSON text
         (a str is taken as the JSON text itself)."""
         text = payload if isinstance(payload, str) else json.dumps(payload)
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            found = conn.execute(
-                "INSERT INTO outbox_message (lane, payload) VALUES (%s, %s::jsonb) RETURNING id",
-                (self.lane, text),
-            ).fetchone()
-        assert found is not None
-        return int(found[0])
+        return insert_raw(self.dsn, self.lane, text)
 
     def rows(self) -> dict[int, dict[str, Any]]:
-        with psycopg.connect(self.dsn, row_factory=dict_row) as conn:
-            found = conn.execute(
-                "SELECT * FROM outbox_message WHERE lane = %s ORDER BY id", (self.lane,)
-            ).fetchall()
-        return {row["id"]: row for row in found}
+        return stored_rows(self.dsn, self.lane)
 
     def mailer(self, **policy_kwargs: Any) -> SmtpMailer:
         return mailer_for(self.sink, **policy_kwargs)
@@ -318,21 +276,7 @@ def wire() -> Iterator[Wire]:
 # --- figures --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def report_figure() -> Any:
-    """Print a figure line and append it to ``$OUTBOX_CHAOS_REPORT`` when that is set."""
-
-    def report(line: str) -> None:
-        print(line)  # noqa: T201 - the figure line is the test's output
-        target = os.environ.get("OUTBOX_CHAOS_REPORT")
-        if target:
-            with Path(target).open("a", encoding="utf-8") as out:
-                out.write(line + "\n")
-
-    return report
-
-
 @pytest.fixture
-async def store(dsn: str) -> AsyncIterator[PostgresStore]:
-    async with await PostgresStore.open(dsn, max_size=4) as opened:
-        yield opened
+def report_figure(report: Callable[[str], None]) -> Callable[[str], None]:
+    """The figure reporter of ``tests/conftest.py`` (``report``), by the name these tests use."""
+    return report

@@ -21,13 +21,13 @@ import attrs
 import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
+from tests.support.mail import build_mail
 
 from outbox_core.errors import InvalidMessage, InvalidRecipient, UnsafeHeader
 from outbox_core.mail import (
     MAX_HEADER_LENGTH,
     MAX_RECIPIENTS,
     OutgoingMail,
-    build_message,
     check_header_value,
     clean_line,
     clean_text,
@@ -46,16 +46,7 @@ BASE_HEADERS += ["mime-version", "subject", "to"]
 
 
 def build(**overrides: object) -> OutgoingMail:
-    kwargs: dict[str, object] = {
-        "sender": SENDER,
-        "to": ["alice@example.org"],
-        "subject": "Your invoice",
-        "text": "Hello\n",
-        "message_id": MSGID,
-        "date": DATE,
-    }
-    kwargs.update(overrides)
-    return build_message(**kwargs)  # type: ignore[arg-type]
+    return build_mail(**{"sender": SENDER, "message_id": MSGID, "date": DATE, **overrides})
 
 
 def parse(out: OutgoingMail) -> EmailMessage:

@@ -10,9 +10,10 @@ import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from tests.support.mail import build_mail
 
 from outbox_core.errors import InvalidMessage, InvalidRecipient, UnsafeHeader
-from outbox_core.mail import OutgoingMail, build_message, validate_address
+from outbox_core.mail import OutgoingMail, validate_address
 
 DATE = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MSGID = "<row-7.a1b2@outbox.example.org>"
@@ -20,16 +21,7 @@ WHY = " is not an acceptable recipient address: "
 
 
 def build(**overrides: object) -> OutgoingMail:
-    kwargs: dict[str, object] = {
-        "sender": "noreply@example.org",
-        "to": ["alice@example.org"],
-        "subject": "Your invoice",
-        "text": "Hello\n",
-        "message_id": MSGID,
-        "date": DATE,
-    }
-    kwargs.update(overrides)
-    return build_message(**kwargs)  # type: ignore[arg-type]
+    return build_mail(**{"message_id": MSGID, "date": DATE, **overrides})
 
 
 def header_lines(out: OutgoingMail) -> list[str]:

@@ -1,0 +1,43 @@
+"""Fixtures of the integration tests (the database, engine and SMTP sink ones several share).
+
+From ``tests/conftest.py``: ``dsn`` (the session's database, schema applied), ``store``, ``sink``,
+``lane``. Here:
+
+- ``empty_outbox``: every ``outbox_*`` table truncated before the test, for modules that count
+  rows across lanes (``pytestmark = [..., pytest.mark.usefixtures("empty_outbox")]``);
+- ``engine`` / ``async_engine``: SQLAlchemy engines on ``dsn``, for the handle types enqueue takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from tests.support.postgres import empty_outbox as truncate_outbox
+
+
+@pytest.fixture
+def empty_outbox(dsn: str) -> None:
+    truncate_outbox(dsn)
+
+
+@pytest.fixture(scope="module")
+def engine(dsn: str) -> Iterator[Engine]:
+    # creator: the test DSN may be a libpq key/value string or point at a unix socket.
+    made = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
+    yield made
+    made.dispose()
+
+
+@pytest.fixture
+async def async_engine(dsn: str) -> AsyncIterator[AsyncEngine]:
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(dsn)
+
+    made = create_async_engine("postgresql+psycopg://", async_creator=connect)
+    yield made
+    await made.dispose()
