@@ -15,12 +15,11 @@ reason each rule gives (remove a rule and the reason, or the counts, change).
 from __future__ import annotations
 
 import re
-import string
 
 import psycopg
 import pytest
 from hypothesis import event, example, given
-from hypothesis import strategies as st
+from tests.strategies import hostile_addresses
 
 from outbox_core.errors import InvalidMessage, InvalidPayload, InvalidRecipient
 from outbox_core.mail import validate_address
@@ -236,43 +235,6 @@ def test_an_idna2008_deviation_domain_is_not_delivered_to_another_domain(address
 
 # --- fuzzing through the real server ------------------------------------------------------------
 
-_ATEXT = string.ascii_letters + string.digits + "!#$%&'*+/=?^_`{|}~-."
-_HOSTILE_BITS = [
-    "\r\n", "\r", "\n", "\x00", "\x01", "\x1b", "\x7f", "\x85", "\u2028", "\t", " ", "<", ">",
-    "(", ")", ",", ";", ":", '"', "\\", "[", "]", "@", ".", "..", "RCPT TO:<eve@evil.example>",
-    "\r\nRCPT TO:<eve@evil.example>", "\r\nDATA\r\n", "=?UTF-8?Q?=0A?=", "%0d%0a", "xn--", "-",
-    "ü", "ß", "例え", "\u200d", "。", "\uff20", "bounce", "transient",
-]  # fmt: skip
-_ldh = string.ascii_letters + string.digits
-_labels = st.one_of(
-    st.builds(
-        "{}{}{}".format,
-        st.text(_ldh, min_size=1, max_size=1),
-        st.text(_ldh + "-", max_size=20),
-        st.text(_ldh, max_size=1),
-    ),
-    st.text(string.ascii_lowercase + string.digits + "-", min_size=1, max_size=66),
-    st.text(st.characters(min_codepoint=0xA0, max_codepoint=0x9FFF), min_size=1, max_size=8),
-)
-_locals = st.one_of(
-    st.lists(st.text(_ATEXT.replace(".", ""), min_size=1, max_size=12), min_size=1, max_size=4).map(
-        ".".join
-    ),
-    st.text(_ATEXT, min_size=1, max_size=70),
-)
-_plausible = st.builds(
-    "{}@{}".format,
-    _locals,
-    st.lists(_labels, min_size=2, max_size=4).map(".".join),
-)
-_spliced = st.builds(
-    lambda address, bit, at: address[:at] + bit + address[at:],
-    _plausible,
-    st.sampled_from(_HOSTILE_BITS),
-    st.integers(0, 80),
-)
-_pieces = st.lists(st.one_of(st.sampled_from(_HOSTILE_BITS), st.text(max_size=8)), max_size=8)
-ADDRESSES = st.one_of(_plausible, _spliced, _pieces.map("".join), st.text())
 # What an address on the wire may look like, written independently of validate_address.
 _ENCODED_WORD = re.compile(r"=\?[^?]*\?[bBqQ]\?[^?]*\?=")
 _SAFE_WIRE_ADDRESS = re.compile(
@@ -281,7 +243,7 @@ _SAFE_WIRE_ADDRESS = re.compile(
 )
 
 
-@given(raw=ADDRESSES)
+@given(raw=hostile_addresses)
 @example(raw="a@b\r\nRCPT TO:<x>")
 @example(raw="alice@example.org) <bob@example.org>")
 @example(raw="alice@bücher.example")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.strategies import jitters
 
 from outbox_core.backoff import (
     CLAIM_RETRY,
@@ -30,8 +31,6 @@ from outbox_core.errors import ConfigurationError
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 US = timedelta(microseconds=1)  # timedelta * float rounds to the microsecond
-
-jitters = st.floats(min_value=0.0, max_value=1.0)
 
 
 def test_email_schedule_is_15_slots_over_about_72_hours() -> None:

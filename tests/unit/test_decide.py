@@ -11,6 +11,7 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.strategies import durations_between, jitters
 
 from outbox_core import delivery
 from outbox_core.backoff import CONSUMER_BACKOFF, EMAIL_BACKOFF, ExponentialBackoff, SlotSchedule
@@ -148,9 +149,9 @@ def test_default_cap_is_one_hour() -> None:
 
 @given(
     attempts=st.integers(min_value=1, max_value=4),
-    retry_after=st.none() | st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=3)),
-    cap=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=1)),
-    jitter=st.floats(min_value=0.0, max_value=1.0),
+    retry_after=st.none() | durations_between(timedelta(0), timedelta(days=3)),
+    cap=durations_between(timedelta(0), timedelta(days=1)),
+    jitter=jitters,
 )
 def test_retry_wait_bounds(
     attempts: int, retry_after: timedelta | None, cap: timedelta, jitter: float

@@ -9,6 +9,7 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.strategies import durations_between
 
 from outbox_core.delivery import Status
 from outbox_core.lease import (
@@ -35,14 +36,7 @@ NAIVE = datetime(2026, 7, 3, 12, 0)  # noqa: DTZ001 -- the naive value under tes
 TOKEN = ClaimToken("token-of-this-claim")
 SIBLING = ClaimToken("token-of-a-later-claim")
 
-instants = st.datetimes(
-    # Hypothesis takes naive bounds; `timezones=` makes every drawn value aware.
-    min_value=datetime(2000, 1, 1),  # noqa: DTZ001 -- see above
-    max_value=datetime(2100, 1, 1),  # noqa: DTZ001 -- see above
-    timezones=st.just(UTC),
-)
-durations = st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(days=2))
-signed = st.timedeltas(min_value=-timedelta(days=2), max_value=timedelta(days=2))
+signed = durations_between(-timedelta(days=2), timedelta(days=2))
 #: A monotonic instant (seconds), as the worker reads ``Clock.monotonic()``.
 M0 = 1_000.0
 moments = st.floats(min_value=0, max_value=1e9, allow_nan=False)

@@ -16,6 +16,7 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.strategies import json_objects_of, json_values_of, storable_text
 
 from outbox_core.errors import ConfigurationError, InvalidPayload, InvalidRecipient, UnsafeHeader
 from outbox_core.mail import MAX_RECIPIENTS, clean_line, clean_text
@@ -29,20 +30,8 @@ from outbox_core.payload import (
     validate_payload,
 )
 
-storable_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"))
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | storable_text
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(storable_text, inner, max_size=4),
-    max_leaves=20,
-)
-json_objects = st.dictionaries(storable_text, json_values, max_size=8)
+json_values = json_values_of(text=storable_text, max_size=4, max_leaves=20)
+json_objects = json_objects_of(storable_text, json_values)
 
 
 def nested(depth: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.strategies import json_objects_of, json_values_of
 
 from outbox_core.errors import ConfigurationError
 from outbox_core.mail import ATTACHMENTS_KEY
@@ -17,27 +18,14 @@ from outbox_core.scrub import DEFAULT_SECRET_KEYS, REDACTED, ScrubRules
 
 RULES = ScrubRules()
 
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=16)
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
+json_values = json_values_of(text=st.text(max_size=16), keys=st.text(max_size=8), max_leaves=6)
 # Keys mix the default secret names, near misses of them, and arbitrary text.
 payload_keys = (
     st.sampled_from(sorted(DEFAULT_SECRET_KEYS))
     | st.sampled_from(["to", "invoice_number", "PDF", "pdf ", "setup_url_2", "attempt_number"])
     | st.text(max_size=12)
 )
-payloads = st.dictionaries(payload_keys, json_values, max_size=10)
+payloads = json_objects_of(payload_keys, json_values, max_size=10)
 key_sets = st.frozensets(st.text(min_size=1, max_size=12) | st.sampled_from(["to", "pdf"]))
 
 

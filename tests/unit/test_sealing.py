@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
+from tests.strategies import json_values_of
 
 from outbox_core.errors import ConfigurationError, InvalidPayload
 from outbox_core.ports import Encryptor
@@ -125,13 +125,7 @@ def test_open_gives_back_exactly_what_was_sealed() -> None:
     assert open_sealed(sealed, lane="email", encryptor=encryptor) == payload()
 
 
-@given(
-    st.recursive(
-        st.none() | st.booleans() | st.integers() | st.text(),
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
-        max_leaves=8,
-    )
-)
+@given(json_values_of(max_leaves=8))
 def test_any_json_value_round_trips(value: object) -> None:
     encryptor = toy()
     sealed = SealingRules(fields=frozenset({"secret"})).seal(
