@@ -143,7 +143,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over both packages."""
+    """mypy --strict over both packages and the tests (pyproject.toml: files, tests.* override)."""
     session.install("-e", DEV)
     session.run("mypy")
 

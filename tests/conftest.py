@@ -71,7 +71,7 @@ def postgres_dsn(postgres_server: str) -> Iterator[str]:
     params = conninfo_to_dict(postgres_server)
     params["dbname"] = name
     try:
-        yield make_conninfo(**params)
+        yield make_conninfo("", **params)
     finally:
         with (
             psycopg.connect(postgres_server, autocommit=True) as admin,

@@ -77,7 +77,7 @@ AuditRow = tuple[int, str, int, str | None]
 def contract_dsn(postgres_dsn: str) -> str:
     """The session's database, with the outbox schema and the second queue table applied once."""
     schema.apply(postgres_dsn)
-    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    dialect = postgresql.dialect()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(str(CreateTable(OTHER_TABLE, if_not_exists=True).compile(dialect=dialect)))
         for index in OTHER_TABLE.indexes:

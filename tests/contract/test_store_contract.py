@@ -13,6 +13,7 @@ import json
 import math
 import re
 import secrets
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
@@ -70,7 +71,7 @@ async def enqueue_ids(h, count: int, *, lane: str = LANE, due: datetime | None =
 
 async def claim_one(h, row_id: int, *, lane: str = LANE, at: datetime | None = None) -> ClaimedRow:
     """Claim the lane's due rows and return ``row_id``'s (the test made sure it is due)."""
-    rows = await h.store.claim_due(claim(at or h.now, lane=lane))
+    rows: Sequence[ClaimedRow] = await h.store.claim_due(claim(at or h.now, lane=lane))
     by_id = {row.id: row for row in rows}
     assert row_id in by_id, f"row {row_id} was not claimed; got {sorted(by_id)}"
     return by_id[row_id]
@@ -78,14 +79,14 @@ async def claim_one(h, row_id: int, *, lane: str = LANE, at: datetime | None = N
 
 async def failed_row(h, reason: str, *, lane: str = LANE) -> int:
     """A row enqueued, claimed and marked failed with ``reason`` (no other row may be due)."""
-    row_id = (await h.enqueue(message(lane))).row_id
+    row_id: int = (await h.enqueue(message(lane))).row_id
     row = await claim_one(h, row_id, lane=lane)
     assert await h.store.mark_if_pending(Mark.failed(row, reason)) is MarkResult.APPLIED
     return row_id
 
 
 async def dispatched_row(h, *, lane: str = LANE) -> int:
-    row_id = (await h.enqueue(message(lane))).row_id
+    row_id: int = (await h.enqueue(message(lane))).row_id
     row = await claim_one(h, row_id, lane=lane)
     mark = Mark.dispatched(row, scrub_keys=SECRETS)
     assert await h.store.mark_if_pending(mark) is MarkResult.APPLIED
@@ -98,9 +99,11 @@ VIA = pytest.mark.parametrize("via", ["mark_if_pending", "mark_many"])
 
 
 async def apply(h, via: str, mark: Mark) -> MarkResult:
+    result: MarkResult
     if via == "mark_if_pending":
-        return await h.store.mark_if_pending(mark)
-    (result,) = await h.store.mark_many([mark])
+        result = await h.store.mark_if_pending(mark)
+    else:
+        (result,) = await h.store.mark_many([mark])
     return result
 
 
@@ -218,7 +221,7 @@ def contains_itself() -> dict[str, Any]:
 
 #: (payload, a word the refusal must name). The rule is the core's (validate_payload); what this
 #: list proves is that both stores apply it, whole, before writing.
-REFUSED_PAYLOADS = {
+REFUSED_PAYLOADS: dict[str, tuple[Any, str]] = {
     "NaN": ({"ratio": math.nan}, "ratio"),
     "infinity": ({"ratios": [1.0, -math.inf]}, "ratios"),
     "a non-string key": ({1: "integer key"}, "key"),

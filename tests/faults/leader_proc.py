@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 from aiosmtpd.smtp import SMTP, Envelope, Session
@@ -63,7 +63,10 @@ from tests.faults.worker_proc import (
 from outbox_adapters.demo.sink import SinkHandler
 from outbox_core.messages import ClaimedRow
 from outbox_core.outcomes import Outcome
-from outbox_core.ports import LeaderLease, LeaderTerm, RowHandler
+from outbox_core.ports import LeaderTerm, RowHandler
+
+if TYPE_CHECKING:
+    from outbox_adapters.postgres.leader import PostgresLeaderLease
 
 __all__ = [
     "LeaderWorkerOptions",
@@ -235,7 +238,7 @@ class StampingSinkHandler(SinkHandler):
 class ReportingLease:
     """A :class:`~outbox_core.ports.LeaderLease` wrapper that reports each change of answer."""
 
-    def __init__(self, inner: LeaderLease) -> None:
+    def __init__(self, inner: PostgresLeaderLease) -> None:
         self.inner = inner
         self._last: int | None = None
 

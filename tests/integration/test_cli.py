@@ -45,7 +45,7 @@ def empty_database(postgres_dsn: str) -> Iterator[str]:
     name = f"outbox_cli_empty_{secrets.token_hex(4)}"
     with psycopg.connect(postgres_dsn, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    yield make_conninfo(**{**conninfo_to_dict(postgres_dsn), "dbname": name})
+    yield make_conninfo("", **{**conninfo_to_dict(postgres_dsn), "dbname": name})
     with psycopg.connect(postgres_dsn, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
@@ -329,7 +329,8 @@ def test_rows_in_flight_and_smtp_sessions_bound_the_sends_at_once(
         most = max(most, sending)
         try:
             await asyncio.sleep(0.5)
-            return await received(server, session, envelope)
+            reply: str = await received(server, session, envelope)
+            return reply
         finally:
             sending -= 1
 

@@ -289,7 +289,7 @@ async def test_an_invoice_pdf_arrives_byte_for_byte_and_leaves_the_row_once_sent
         "application/pdf",
     ]
     assert CANARY in received.get_body(("plain",)).get_content()  # type: ignore[union-attr]
-    [attached] = received.iter_attachments()  # type: ignore[attr-defined]
+    [attached] = received.iter_attachments()
     assert attached.get_filename() == "Rechnung INV-42 (März).pdf"
     assert attached.get_payload(decode=True) == pdf
     sent = rows(dsn)[row_id]

@@ -69,7 +69,9 @@ async def drain(store: PostgresStore, lane: str, handler: EmailHandler) -> None:
     try:
         await Worker(store, handler, config, clock=SystemClock()).run(drain=True)
     finally:
-        await handler.mailer.aclose()  # the mailer may keep its SMTP session open for reuse
+        mailer = handler.mailer
+        assert isinstance(mailer, SmtpMailer)
+        await mailer.aclose()  # the mailer may keep its SMTP session open for reuse
 
 
 def sealed_message(to: str, lane: str, encryptor: Encryptor) -> NewMessage:
@@ -289,7 +291,9 @@ def test_keys_rotate_reseals_unsent_rows_in_batches_and_then_the_old_key_can_go(
         env={"OUTBOX_ENCRYPTION_KEYS": old_entry},
     )  # fmt: skip
     assert enqueued.exit_code == 0, enqueued.output
-    pending.append(int(re.fullmatch(r"enqueued as (\d+)", enqueued.stdout.strip()).group(1)))
+    enqueued_as = re.fullmatch(r"enqueued as (\d+)", enqueued.stdout.strip())
+    assert enqueued_as is not None, enqueued.stdout
+    pending.append(int(enqueued_as.group(1)))
     before = stored(dsn, lane)
     for row_id in (failed, *pending):
         assert_sealed(before[row_id], "k1")

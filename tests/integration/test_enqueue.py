@@ -88,17 +88,17 @@ async def in_transaction(
             if not commit:
                 raise psycopg.Rollback
     elif kind == "sqlalchemy-connection":
-        with engine.connect() as conn:
-            tx = conn.begin()
-            conn.execute(text(BUSINESS))
-            results = [enqueue(conn, m) for m in messages]
+        with engine.connect() as sa_conn:
+            tx = sa_conn.begin()
+            sa_conn.execute(text(BUSINESS))
+            results = [enqueue(sa_conn, m) for m in messages]
             probe(results)
             tx.commit() if commit else tx.rollback()
     elif kind == "sqlalchemy-async-connection":
-        async with async_engine.connect() as aconn:
-            atx = await aconn.begin()
-            await aconn.execute(text(BUSINESS))
-            results = [await enqueue_async(aconn, m) for m in messages]
+        async with async_engine.connect() as sa_aconn:
+            atx = await sa_aconn.begin()
+            await sa_aconn.execute(text(BUSINESS))
+            results = [await enqueue_async(sa_aconn, m) for m in messages]
             probe(results)
             await (atx.commit() if commit else atx.rollback())
     elif kind == "sqlalchemy-session":
@@ -202,7 +202,7 @@ def test_psycopg_autocommit_inside_a_transaction_block_is_a_real_transaction(dsn
         with conn.transaction():
             enqueue(conn, MESSAGE)
             raise psycopg.Rollback  # the block swallows it and rolls back
-    assert len(rows(dsn)) == 1
+    assert len(rows(dsn)) == 1  # type: ignore[unreachable, unused-ignore]  # mypy: the transaction block swallows Rollback
 
 
 def test_psycopg_in_a_failed_transaction_is_refused(dsn: str):

@@ -92,15 +92,15 @@ async def in_transaction(  # one branch per handle kind, as in test_enqueue
             if not commit:
                 raise psycopg.Rollback
     elif kind == "sqlalchemy-connection":
-        with engine.connect() as conn:
-            tx = conn.begin()
-            created = [enqueue(conn, m, notify=notify).created for m in messages]
+        with engine.connect() as sa_conn:
+            tx = sa_conn.begin()
+            created = [enqueue(sa_conn, m, notify=notify).created for m in messages]
             await probe()
             tx.commit() if commit else tx.rollback()
     elif kind == "sqlalchemy-async-connection":
-        async with async_engine.connect() as aconn:
-            atx = await aconn.begin()
-            created = [(await enqueue_async(aconn, m, notify=notify)).created for m in messages]
+        async with async_engine.connect() as sa_aconn:
+            atx = await sa_aconn.begin()
+            created = [(await enqueue_async(sa_aconn, m, notify=notify)).created for m in messages]
             await probe()
             await (atx.commit() if commit else atx.rollback())
     elif kind == "sqlalchemy-session":
@@ -213,7 +213,7 @@ async def test_the_listener_wakes_the_committed_lanes_subscribers_only(dsn: str)
             await asyncio.sleep(QUIET)
             assert not first.is_set(), "woken before the commit"
             raise psycopg.Rollback
-        await asyncio.sleep(QUIET)
+        await asyncio.sleep(QUIET)  # type: ignore[unreachable, unused-ignore]  # mypy: the transaction block swallows Rollback
         assert not first.is_set(), "woken by a rolled-back enqueue"
 
         await commit_one(dsn)

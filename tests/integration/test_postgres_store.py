@@ -99,12 +99,12 @@ async def test_two_concurrent_claimers_attempt_every_row_exactly_once(
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("TRUNCATE outbox_message")
             ids = insert(dsn, 10)
-            seen: collections.Counter[int] = collections.Counter()
+            seen: collections.Counter[int | str] = collections.Counter()
             start = asyncio.Event()
 
             async def worker(
                 s: PostgresStore,
-                seen: collections.Counter[int] = seen,
+                seen: collections.Counter[int | str] = seen,
                 start: asyncio.Event = start,
             ) -> None:
                 await start.wait()

@@ -112,7 +112,7 @@ def drop_connections(sink: SmtpSink, handler: CountingHandler, *, hard: bool = F
 
     def hang_up() -> None:
         for conn in handler.live():
-            assert conn.transport is not None
+            assert isinstance(conn.transport, asyncio.Transport)
             if hard:
                 conn.transport.abort()
             else:

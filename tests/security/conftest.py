@@ -235,7 +235,7 @@ class Wire:
         return ClaimedRow(
             id=self._ids,
             lane="email",
-            payload=payload,  # type: ignore[arg-type] - hostile payloads are the point
+            payload=payload,  # type: ignore[arg-type]  # hostile payloads are the point
             attempts=1,
             token=ClaimToken.from_entropy(secrets.token_bytes(16)),
             lease_expires_at=now + timedelta(minutes=5),

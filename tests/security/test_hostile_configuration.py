@@ -64,7 +64,7 @@ REFUSED = [
     ("environment-empty", lambda: policy(environment=" "), "environment must name the deployment"),
     # the sender
     ("sender-missing", lambda: SmtpSecurityPolicy(sender=""), "sender is required"),
-    ("sender-none", lambda: SmtpSecurityPolicy(sender=None), "sender is required"),
+    ("sender-none", lambda: SmtpSecurityPolicy(sender=None), "sender is required"),  # type: ignore[arg-type]  # the wrong type is the point
     ("sender-no-at", lambda: policy(sender="noreply"), "sender 'noreply' is not an address"),
     ("sender-crlf", lambda: policy(sender="noreply@shop.example\r\nBcc: eve@evil.example"), "control character"),
     ("sender-display-name", lambda: policy(sender="Shop <noreply@shop.example>"), "whitespace"),
@@ -97,7 +97,7 @@ REFUSED = [
     ("sessions-too-many", lambda: settings(max_sessions=65), "SMTP max_sessions must be a whole number from 1 to 64"),
     ("sessions-bool", lambda: settings(max_sessions=True), "SMTP max_sessions must be a whole number"),
     # what is scrubbed
-    ("scrub-mutable-set", lambda: ScrubRules(keys={"password_reset_url"}), "ScrubRules.keys must be a frozenset"),
+    ("scrub-mutable-set", lambda: ScrubRules(keys={"password_reset_url"}), "ScrubRules.keys must be a frozenset"),  # type: ignore[arg-type]  # the wrong type is the point
     ("scrub-empty-key", lambda: ScrubRules(keys=frozenset({""})), "ScrubRules.keys must hold non-empty strings"),
 ]  # fmt: skip
 

@@ -60,10 +60,10 @@ ENQUEUE_REFUSALS = [
     ("stray-dollar", {"text": "Pay $5 now"}, "has a '$' that starts no placeholder"),
     ("too-many-recipients", {"to": [f"u{i}@example.org" for i in range(101)]}, "the limit is 100"),
 ]
-ENQUEUE_REFUSALS = [pytest.param(*case[1:], id=case[0]) for case in ENQUEUE_REFUSALS]
+ENQUEUE_REFUSAL_PARAMS = [pytest.param(*case[1:], id=case[0]) for case in ENQUEUE_REFUSALS]
 
 
-@pytest.mark.parametrize(("kwargs", "words"), ENQUEUE_REFUSALS)
+@pytest.mark.parametrize(("kwargs", "words"), ENQUEUE_REFUSAL_PARAMS)
 def test_enqueue_refuses_a_bad_payload_naming_the_problem(pipeline, kwargs, words):
     kwargs = {"to": GOOD, **kwargs}
     with pytest.raises(InvalidMessage) as refused:

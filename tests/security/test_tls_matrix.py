@@ -31,10 +31,11 @@ from typing import Any
 import attrs
 import pytest
 import trustme
+from aiosmtpd.controller import Controller
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.demo import sink as smtp_sink
-from outbox_adapters.demo.sink import SmtpSink
+from outbox_adapters.demo.sink import SinkTls, SmtpSink
 from outbox_adapters.lanes.email import EmailHandler
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.errors import ConfigurationError
@@ -109,7 +110,7 @@ class ImplicitTlsSink(SmtpSink):
     ``tls_context``): the one server shape ``SmtpSink`` doesn't make by itself."""
 
     def start(self) -> ImplicitTlsSink:
-        original = smtp_sink.Controller
+        original = Controller
         context = self._server_context()
 
         def controller(handler: Any, **kwargs: Any) -> Any:
@@ -122,12 +123,12 @@ class ImplicitTlsSink(SmtpSink):
 
 
 def sink_for(scenario: Scenario) -> SmtpSink:
-    credentials = {"username": USER, "password": PASSWORD} if scenario.auth else {}
+    credentials: dict[str, Any] = {"username": USER, "password": PASSWORD} if scenario.auth else {}
     host = "127.0.0.2" if scenario.certificate == "wrong-name" else "127.0.0.1"
     if scenario.implicit_tls:
         kind = ImplicitTlsSink if scenario.offers_starttls else SmtpSink
         return kind(tls="tls", host=host, **credentials).start()
-    tls = "starttls" if scenario.offers_starttls else "none"
+    tls: SinkTls = "starttls" if scenario.offers_starttls else "none"
     return SmtpSink(tls=tls, host=host, **credentials).start()
 
 

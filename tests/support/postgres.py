@@ -31,7 +31,7 @@ HANDLE_KINDS = [
 def query(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
     """Every row ``statement`` returns, on an autocommit connection of its own."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(statement, params).fetchall()  # type: ignore[arg-type]
+        return conn.execute(statement, params).fetchall()
 
 
 def stored(dsn: str, row_id: int) -> dict[str, Any]:

@@ -102,7 +102,7 @@ def row(payload: object) -> ClaimedRow:
     return ClaimedRow(
         id=7,
         lane="email",
-        payload=payload,  # type: ignore[arg-type] - foreign payloads are the point
+        payload=payload,  # type: ignore[arg-type]  # foreign payloads are the point
         attempts=1,
         token=ClaimToken.from_entropy(secrets.token_bytes(16)),
         lease_expires_at=NOW + timedelta(minutes=5),
@@ -122,7 +122,7 @@ async def test_the_handler_sends_the_files() -> None:
     assert outcome.kind is OutcomeKind.SENT
     [mail] = mailer.sent
     parsed = email.message_from_bytes(mail.data, policy=email.policy.default)
-    [part] = parsed.iter_attachments()  # type: ignore[attr-defined]
+    [part] = parsed.iter_attachments()
     assert (part.get_filename(), part.get_content_type()) == ("invoice-42.pdf", "application/pdf")
     assert part.get_payload(decode=True) == PDF
 
@@ -173,5 +173,5 @@ async def test_sealed_files_are_opened_in_memory_and_sent() -> None:
     assert outcome.kind is OutcomeKind.SENT
     [mail] = mailer.sent
     parsed = email.message_from_bytes(mail.data, policy=email.policy.default)
-    [part] = parsed.iter_attachments()  # type: ignore[attr-defined]
+    [part] = parsed.iter_attachments()
     assert part.get_payload(decode=True) == PDF

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 from hypothesis import given, reject
@@ -246,7 +248,7 @@ def test_a_reason_goes_with_a_refusal_and_only_with_one(cls, kind, reason: str) 
 
 # --- the property: nothing sensitive in plaintext unless plaintext was explicitly allowed ---------
 
-policies = st.builds(
+policies: st.SearchStrategy[dict[str, Any]] = st.builds(
     dict,
     mode=st.sampled_from(["starttls", "tls", "none"]),
     allow_plaintext=st.booleans(),
@@ -255,7 +257,7 @@ policies = st.builds(
 )
 
 
-def build(spec: dict) -> SmtpSecurityPolicy:
+def build(spec: dict[str, Any]) -> SmtpSecurityPolicy:
     creds = CREDS if spec.pop("credentials") else {}
     try:
         return policy(**spec, **creds)
@@ -301,7 +303,7 @@ def simulate_session(pol, starttls_advertised, implicit_tls, before, after):
     mechanisms = before
     if action.kind is StartTlsKind.UPGRADE:
         tls, mechanisms = True, after  # RFC 3207: EHLO again, forget the pre-TLS answer
-    sent = []
+    sent: list[tuple[str, bool]] = []
     auth = plan_auth(pol, auth_mechanisms=mechanisms, tls_active=tls)
     if auth.refused:
         return sent
