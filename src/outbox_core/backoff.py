@@ -16,11 +16,11 @@ mail server that was down for a minute) don't all come back in the same instant:
 
 Two schedules ship:
 
-- :data:`EMAIL_BACKOFF` — the design record's "15 backoff slots over ~72h" (ADR-072, item 5): a
-  row gets its first attempt plus 15 retries, 16 attempts in all, over about three days: long
-  enough to ride out a receiving mail server's outage without hammering it.
-- :data:`CONSUMER_BACKOFF` — consumer channels make "5 attempts with exponential backoff"
-  (ADR 0024) before the event is parked on the dead-letter destination.
+- :data:`EMAIL_BACKOFF` — 15 backoff slots over about 72 hours: a row gets its first attempt plus
+  15 retries, 16 attempts in all, over about three days: long enough to ride out a receiving mail
+  server's outage without hammering it.
+- :data:`CONSUMER_BACKOFF` — consumer channels make 5 attempts with exponential backoff before the
+  event is parked on the dead-letter destination.
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ class ExponentialBackoff:
         return jittered(grown, ratio=self.jitter_ratio, jitter=jitter)
 
 
-#: Email lanes: 15 slots over about 72 hours (ADR-072: "15 backoff slots over ~72h"). The waits
-#: grow fast at first (most outages are short), then stretch out; they add up to 72 h 18 min.
+#: Email lanes: 15 slots over about 72 hours. The waits grow fast at first (most outages are
+#: short), then stretch out; they add up to 72 h 18 min.
 EMAIL_BACKOFF: Final = SlotSchedule(
     tuple(
         timedelta(minutes=m)
@@ -199,7 +199,7 @@ EMAIL_BACKOFF: Final = SlotSchedule(
     )
 )
 
-#: Consumer channels: 5 attempts, exponential (ADR 0024): waits of about 2 s, 4 s, 8 s, 16 s.
+#: Consumer channels: 5 attempts, exponential: waits of about 2 s, 4 s, 8 s, 16 s.
 CONSUMER_BACKOFF: Final = ExponentialBackoff()
 
 

@@ -153,7 +153,7 @@ def _decision(  # noqa: PLR0913 -- decide()'s inputs, passed through unchanged
         return _Decision(Event.SKIP, outcome.reason, scrub_keys=scrub.keys)
     if kind is OutcomeKind.PERMANENT:
         # Retrying can't help (bad payload, invalid or suppressed recipient, SMTP 5xx): fail now
-        # rather than ride the schedule for days (ADR-072, item 5).
+        # rather than ride the three-day e-mail schedule (EMAIL_BACKOFF) to the same end.
         return _Decision(Event.FAIL, outcome.reason)
     wait = backoff.delay(row.attempts, jitter=jitter)
     if wait is None:

@@ -178,7 +178,7 @@ def fence_admits(
 ) -> bool:
     """True when a mark may be applied: the row is pending AND still held under the mark's token.
 
-    Why ``status = 'pending'`` alone is not enough (the record's guard, ADR-072 decision 3): a
+    Why ``status = 'pending'`` alone is not enough (ADR 0004): a
     retry and a re-claim both leave the row ``pending``. A worker whose lease expired (paused,
     partitioned, slow) cannot tell that a sibling re-claimed the row meanwhile; with the status
     guard alone its late mark would overwrite the sibling's result: a stale permanent failure

@@ -6,8 +6,8 @@ Theory of operation
 A row's payload may carry secrets the message needs while it is unsent: one-time links
 (``setup_url``, ``password_reset_url``, ...), a public token, attached files (an invoice PDF). Sent rows are kept
 indefinitely (they are the delivery record), so the mark that makes a row ``dispatched`` or
-``skipped`` removes those keys *in the same UPDATE* (ADR-072: "The mark that sets a row dispatched
-or skipped also removes six keys from payload, in the same UPDATE"). Every other key stays, with the
+``skipped`` removes those keys *in the same UPDATE* (ADR 0006, "Marks": the scrub is part of the
+fenced mark, so no sent row holds them). Every other key stays, with the
 same value, so whatever reads the delivery record afterwards reads what it read before.
 
 A ``failed`` row keeps its whole payload, so an operator's requeue sends a complete message; a

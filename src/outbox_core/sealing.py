@@ -3,9 +3,9 @@
 
 Theory of operation
 -------------------
-ADR-072 left one residual open: the secret-bearing keys of a payload (one-time links, a public
-token, a PDF) sit in plaintext in every pending and failed row, and a failed row keeps them without
-a time limit. Sealing closes it. The producer seals those fields when it builds the message, the
+The scrub (ADR 0006) leaves one residual open: the secret-bearing keys of a payload (one-time
+links, a public token, a PDF) sit in plaintext in every pending and failed row, and a failed row
+keeps them without a time limit. Sealing closes it. The producer seals those fields when it builds the message, the
 row stores only ciphertext, and the handler opens them at send time, in memory, just before the
 message is rendered. The scrub (catalogue C6) still removes the fields by *name* once the row is
 sent, sealed or not.

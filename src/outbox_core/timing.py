@@ -6,7 +6,7 @@ A worker claims a batch in one short transaction that stamps every row with a le
 rows one by one outside any transaction. The lease is both the crash-recovery bound (a crashed
 worker's rows become claimable again when it ends) and the exclusion between workers (nobody else
 claims a leased row). That only works if the numbers fit together, so none of them is hand-tuned;
-each is derived from the one below it (ADR-072 decision 2):
+each is derived from the one below it (ADR 0002):
 
 * every step of a row's work has a budget, and the **per-row budget** is their sum
   (email: suppression 5 s + branding 5 s + dial 10 s + SMTP exchange 30 s + bounce report 5 s +
@@ -170,7 +170,7 @@ def _check_claim_size(n: int) -> None:
 class EmailStepBudgets:
     """How long each step of sending one email may take; the per-row budget is their sum."""
 
-    #: Looking the recipient up in the suppression list (bounded since ADR-072).
+    #: Looking the recipient up in the suppression list (a step with a budget, like every other).
     suppression: timedelta = attrs.field(default=timedelta(seconds=5), validator=_budget)
     #: Loading the tenant's branding for the template.
     branding: timedelta = attrs.field(default=timedelta(seconds=5), validator=_budget)
@@ -299,7 +299,7 @@ class WebhookTiming:
     Why two leases. A delivery row is born leased (``next_retry_at = now + birth_lease``, in the
     fan-out transaction) so the retry worker cannot steal it from its in-process first attempt;
     rows the retry worker claims are leased for a whole retry batch. One constant cannot serve
-    both (ADR-072 decision 2). Sized for the retry batch (190 s), a fresh delivery whose first
+    both (ADR 0002). Sized for the retry batch (190 s), a fresh delivery whose first
     attempt died with its process would wait out the whole batch-sized lease before the retry
     worker could pick it up (the record calls this starving first delivery, "~23 minutes" at the
     figures it had then). Sized for birth (120 s), it would be shorter than a slow retry batch

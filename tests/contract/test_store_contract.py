@@ -1,8 +1,8 @@
 """The store contract: what every OutboxStore promises, run against the memory store AND PostgreSQL.
 
 Each test takes the ``harness`` fixture (tests/contract/conftest.py), so it runs once per store. The
-cases follow the design record (ADR-072) and DESIGN.md: claim-lease (C3, decision 1), fenced marks
-with the scrub in the same write (C6, C10), release, guarded and audited requeue (A1, decision 5),
+cases follow ADR 0004 and ADR 0006: claim-lease (C3), fenced marks with the scrub in the same
+write (C6, C10), release, guarded and audited requeue (A1),
 the producer's idempotency key and its payload refusals.
 """
 

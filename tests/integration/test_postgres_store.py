@@ -1,4 +1,4 @@
-"""PostgresStore against a real PostgreSQL: the locks of the design record (ADR-072) and DESIGN C10.
+"""PostgresStore against a real PostgreSQL: the locks of ADR 0004 and ADR 0006 (catalogue C10).
 
 Each safety mechanism of the SQL has one test here that turns red when it is removed
 (RELIABILITY.md, mutation matrix): the concurrent-claimers test (lease stamp in the claim), the

@@ -107,7 +107,7 @@ WHERE lane = %(lane)s AND idempotency_key = %(idempotency_key)s
 #: The wake-up listener's one statement, on its own autocommit connection (postgres/notify.py).
 LISTEN = f"LISTEN {WAKEUP_CHANNEL}"  # a constant identifier, not a template
 
-#: Claim-lease (ADR-072 decision 1), one short committed transaction:
+#: Claim-lease (ADR 0006, "Claim"), one short committed transaction:
 #: lock up to ``limit`` due rows of the lane, skipping rows another transaction holds, then count
 #: the attempt (the ONLY place attempts grow), stamp the lease (``next_attempt_at = now + lease``:
 #: no sibling sees the row as due until it expires) and the claim's fencing token.
@@ -143,7 +143,7 @@ FROM claimed
 ORDER BY due_at, id
 """
 
-#: The fenced compare-and-set mark (ADR-072 decision 3, catalogue C10), one statement = one commit.
+#: The fenced compare-and-set mark (ADR 0004, catalogue C10), one statement = one commit.
 #: Applied only while the row is still pending (status guard) under this claim's token (fence);
 #: zero rows matched means the mark is stale and is dropped.
 #: - a retry (status pending) sets the next due time IN DATABASE TIME (``now() + retry_delay``: the

@@ -11,7 +11,7 @@ Every write is one short statement or one short transaction on a pooled connecti
 transaction open across a send.
 
 - ``claim_due`` locks due rows with ``FOR UPDATE SKIP LOCKED``, counts the attempt, stamps the lease
-  and the claim token, and commits at once (ADR-072 decision 1). The lease is the crash-recovery
+  and the claim token, and commits at once (ADR 0006, "Claim"). The lease is the crash-recovery
   bound *and* the exclusion between workers: a claimed row is not due again until it expires.
   Payloads are fetched as text and decoded here, row by row, by the core's rule
   (:func:`~outbox_core.payload.decode_payload`): a row that can't be decoded is handed out with
