@@ -19,6 +19,7 @@ import attrs
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from tests.support.mail import build_mail
 
 from outbox_core.errors import InvalidMessage, InvalidPayload, UnsafeHeader
 from outbox_core.mail import (
@@ -45,17 +46,7 @@ INVOICE = Attachment("invoice-42.pdf", "application/pdf", PDF)
 
 
 def build(**overrides: object) -> OutgoingMail:
-    kwargs: dict[str, object] = {
-        "sender": "noreply@example.org",
-        "to": ["alice@example.org"],
-        "subject": "Your invoice",
-        "text": "Hello\n",
-        "attachments": [INVOICE],
-        "message_id": MSGID,
-        "date": DATE,
-    }
-    kwargs.update(overrides)
-    return build_message(**kwargs)  # type: ignore[arg-type]
+    return build_mail(**{"attachments": [INVOICE], "message_id": MSGID, "date": DATE, **overrides})
 
 
 def parse(data: bytes) -> EmailMessage:
