@@ -7,36 +7,15 @@ a retry or a requeue never sends to them again. A stale mark writes nothing, pat
 
 from __future__ import annotations
 
-import secrets
 from datetime import timedelta
 
 import attrs
 import pytest
+from tests.support.contract import LANE, SECRETS, VIA, apply, claim_one
 
 from outbox_core.delivery import Status
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
-from outbox_core.ports import ClaimRequest, MarkResult
-
-LANE = "email"
-LEASE = timedelta(seconds=60)
-SECRETS = frozenset({"setup_url", "pdf", "invite_url"})
-VIA = pytest.mark.parametrize("via", ["mark_if_pending", "mark_many"])
-
-
-async def claim_one(h, row_id: int) -> ClaimedRow:
-    token = ClaimToken.from_entropy(secrets.token_bytes(16))
-    rows = await h.store.claim_due(ClaimRequest(LANE, 10, LEASE, token, now=h.now))
-    by_id = {row.id: row for row in rows}
-    assert row_id in by_id, f"row {row_id} was not claimed; got {sorted(by_id)}"
-    return by_id[row_id]
-
-
-async def apply(h, via: str, mark: Mark) -> MarkResult:
-    if via == "mark_if_pending":
-        return await h.store.mark_if_pending(mark)
-    (result,) = await h.store.mark_many([mark])
-    return result
-
+from outbox_core.messages import ClaimToken, Mark, NewMessage
+from outbox_core.ports import MarkResult
 
 DONE = {"outbox_delivered_to": ["ann@example.org"]}
 

@@ -12,14 +12,22 @@ import asyncio
 import json
 import math
 import re
-import secrets
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
+from tests.support.contract import (
+    LANE,
+    LEASE,
+    SECRETS,
+    VIA,
+    apply,
+    claim,
+    claim_one,
+    new_token,
+)
 
 from outbox_adapters.postgres.clock import DatabaseClock
 from outbox_adapters.postgres.enqueue import enqueue_async
@@ -27,36 +35,18 @@ from outbox_adapters.postgres.store import PostgresStore
 from outbox_adapters.store_rules import MAX_PAYLOAD_BYTES
 from outbox_core.delivery import Status
 from outbox_core.errors import InvalidPayload, StoreUnavailable
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
+from outbox_core.messages import ClaimedRow, Mark, NewMessage
 from outbox_core.payload import MAX_DEPTH, decode_payload, validate_payload
 from outbox_core.ports import (
-    ClaimRequest,
     MarkResult,
     OperatorStore,
     OutboxStore,
     RequeueRequest,
 )
 
-LANE = "email"
 OTHER_LANE = "webhook"
-LEASE = timedelta(seconds=60)
 TICK = timedelta(microseconds=1)
-SECRETS = frozenset({"setup_url", "pdf", "invite_url"})
 ACTOR = "ops@example.org"
-
-
-def new_token() -> ClaimToken:
-    return ClaimToken.from_entropy(secrets.token_bytes(16))
-
-
-def claim(
-    at: datetime | None,
-    *,
-    limit: int = 10,
-    lane: str = LANE,
-    token: ClaimToken | None = None,
-) -> ClaimRequest:
-    return ClaimRequest(lane=lane, limit=limit, lease=LEASE, token=token or new_token(), now=at)
 
 
 def message(lane: str = LANE, **payload: Any) -> NewMessage:
@@ -67,14 +57,6 @@ async def enqueue_ids(h, count: int, *, lane: str = LANE, due: datetime | None =
     return [
         (await h.enqueue(NewMessage(lane, {"n": n}, not_before=due))).row_id for n in range(count)
     ]
-
-
-async def claim_one(h, row_id: int, *, lane: str = LANE, at: datetime | None = None) -> ClaimedRow:
-    """Claim the lane's due rows and return ``row_id``'s (the test made sure it is due)."""
-    rows: Sequence[ClaimedRow] = await h.store.claim_due(claim(at or h.now, lane=lane))
-    by_id = {row.id: row for row in rows}
-    assert row_id in by_id, f"row {row_id} was not claimed; got {sorted(by_id)}"
-    return by_id[row_id]
 
 
 async def failed_row(h, reason: str, *, lane: str = LANE) -> int:
@@ -91,20 +73,6 @@ async def dispatched_row(h, *, lane: str = LANE) -> int:
     mark = Mark.dispatched(row, scrub_keys=SECRETS)
     assert await h.store.mark_if_pending(mark) is MarkResult.APPLIED
     return row_id
-
-
-#: The two ways to record a mark: alone, or as a group of one through ``mark_many`` (its own
-#: statement, fenced and scrubbing on the same rules).
-VIA = pytest.mark.parametrize("via", ["mark_if_pending", "mark_many"])
-
-
-async def apply(h, via: str, mark: Mark) -> MarkResult:
-    result: MarkResult
-    if via == "mark_if_pending":
-        result = await h.store.mark_if_pending(mark)
-    else:
-        (result,) = await h.store.mark_many([mark])
-    return result
 
 
 # --- the port -------------------------------------------------------------------------------------

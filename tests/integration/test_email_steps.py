@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -26,25 +25,24 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
-from psycopg.rows import dict_row
+from tests.support.postgres import stored as row
+from tests.support.smtp import SENDER, settings_for
 
 from outbox_adapters.cli import main
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.demo.run import FlakySinkHandler
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.lanes.email import Branding, EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import PostgresStore, enqueue, schema
+from outbox_adapters.postgres import PostgresStore, enqueue
 from outbox_adapters.runtime import Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp import SmtpMailer
 from outbox_core.backoff import SlotSchedule
 from outbox_core.outcomes import Refusal
 from outbox_core.recipients import DELIVERED_KEY
 from outbox_core.timing import EmailStepBudgets, EmailTiming
-from outbox_core.tls import SmtpSecurityPolicy
 
 pytestmark = pytest.mark.integration
 
-SENDER = "noreply@shop.example"
 #: How late an attempt may end after its step's budget on a loaded two-core machine.
 LATE = 1.0
 #: The small budgets of these tests: only the step under test is long.
@@ -52,18 +50,6 @@ SMALL_STEPS = (
     "--budget", "suppression=0.2", "--budget", "branding=0.2", "--budget", "smtp_exchange=2",
     "--budget", "bounce_report=0.2", "--budget", "mark=1", "--budget", "lease_grace=5",
 )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def dsn(postgres_dsn: str) -> str:
-    schema.apply(postgres_dsn)
-    return postgres_dsn
-
-
-@pytest.fixture
-def lane() -> str:
-    """A lane per test: tests share the database but never see each other's rows."""
-    return f"steps-{secrets.token_hex(4)}"
 
 
 @pytest.fixture
@@ -87,13 +73,6 @@ def enqueue_cli(dsn: str, lane: str, to: str) -> int:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     return int(result.stdout.split()[-1])
-
-
-def row(dsn: str, row_id: int) -> dict[str, Any]:
-    with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        found = conn.execute("SELECT * FROM outbox_message WHERE id = %s", (row_id,)).fetchone()
-    assert found is not None
-    return found
 
 
 @pytest.mark.parametrize("dial", [1.5, 3.0])
@@ -131,26 +110,8 @@ TIMING = EmailTiming(STEPS, batch_size=5, lease_grace=timedelta(seconds=5))
 
 
 @pytest.fixture
-def sink() -> Iterator[SmtpSink]:
-    with SmtpSink(tls="starttls") as running:
-        yield running
-
-
-@pytest.fixture
-async def store(dsn: str) -> AsyncIterator[PostgresStore]:
-    async with await PostgresStore.open(dsn, max_size=4) as opened:
-        yield opened
-
-
-@pytest.fixture
 async def mailer(sink: SmtpSink) -> AsyncIterator[SmtpMailer]:
-    settings = SmtpSettings(
-        host="127.0.0.1",
-        port=sink.port,
-        policy=SmtpSecurityPolicy(sender=SENDER),
-        tls_context=sink.client_context(),
-    )
-    async with SmtpMailer(settings, steps=STEPS) as opened:
+    async with SmtpMailer(settings_for(sink), steps=STEPS) as opened:
         yield opened
 
 
