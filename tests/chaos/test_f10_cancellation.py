@@ -78,7 +78,7 @@ HOLD_MARGIN = 0.5
 
 class Recording:
     """The real store, recording claims (DB lease ends) and marks. The first mark is held (a slow
-    database) until ``release`` is set, at most ``hold`` seconds; the re-run is not held."""
+    database) until ``answer`` is set, at most ``hold`` seconds; the re-run is not held."""
 
     def __init__(self, store: PostgresStore, *, hold: float = 0.0) -> None:
         self._store = store
@@ -88,7 +88,8 @@ class Recording:
         #: row id → (mark started, mark finished) on the loop clock.
         self.marks: dict[int, tuple[float, float]] = {}
         self.mark_started = asyncio.Event()
-        self.release = asyncio.Event()
+        # Not `release`: that is the store's own method (OutboxStore.release), which this wraps.
+        self.answer = asyncio.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -109,7 +110,7 @@ class Recording:
             if held:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._hold):
-                        await self.release.wait()
+                        await self.answer.wait()
             return await self._store.mark_if_pending(mark)
         finally:
             # A mark cut off by the cancellation is run again: keep the first start.
@@ -118,9 +119,7 @@ class Recording:
 
 
 def mailer(port: int, context: Any) -> SmtpMailer:
-    return SmtpMailer(
-        smtp_settings(port, context), steps=BUDGETS
-    )
+    return SmtpMailer(smtp_settings(port, context), steps=BUDGETS)
 
 
 async def enqueue_two(dsn: str, lane: str) -> tuple[int, int]:
@@ -194,7 +193,7 @@ async def run_case(dsn: str, sink: SmtpSink) -> Case:  # noqa: PLR0915 - one sto
         await _until(lambda: bool(hung.messages), within=10)  # row 2 is past DATA
         fired_at = loop.time()
         task.cancel()  # the owner's deadline
-        recording.release.set()  # the database answers: the re-run of row 1's mark isn't held
+        recording.answer.set()  # the database answers: the re-run of row 1's mark isn't held
         with pytest.raises(asyncio.CancelledError):
             await task
         await worker.wait_for_marks()

@@ -91,7 +91,7 @@ REFUSED = [
     ("url-port-text", lambda: from_url("smtp://smtp.example.org:submission"), "SMTP URL has an invalid port"),
     ("url-no-host", lambda: from_url("smtp://:587"), "SMTP host must be a host name or address"),
     # timeouts and the session pool
-    ("mailer-steps-not-budgets", lambda: SmtpMailer(settings(), steps={"dial": 10}), "SmtpMailer steps must be the lane's EmailStepBudgets"),
+    ("mailer-steps-not-budgets", lambda: SmtpMailer(settings(), steps={"dial": 10}), "SmtpMailer steps must be the lane's EmailStepBudgets"),  # type: ignore[arg-type]  # the wrong type is the point
     ("mailer-and-handler-disagree", lambda: EmailHandler(SmtpMailer(settings()), sender=SENDER, clock=SystemClock(), steps=EmailStepBudgets(dial=timedelta(seconds=12))), "the mailer's step budgets differ from the handler's"),
     ("sessions-zero", lambda: settings(max_sessions=0), "SMTP max_sessions must be a whole number from 1 to 64"),
     ("sessions-too-many", lambda: settings(max_sessions=65), "SMTP max_sessions must be a whole number from 1 to 64"),

@@ -195,15 +195,19 @@ def test_outcomes_that_can_t_be_are_refused(build, words):
     [
         (lambda: Outcome.sent(delivered_to="a@x.org"), "delivered_to"),  # type: ignore[arg-type]
         (lambda: Outcome.sent(delivered_to=(1,)), "delivered_to"),  # type: ignore[arg-type]
-        (lambda: Outcome.sent(refused=[UNKNOWN, "b"]), "refused"),  # type: ignore[list-item]
+        (lambda: Outcome.sent(refused=[UNKNOWN, "b"]), "refused"),  # type: ignore[arg-type]
         (lambda: Outcome.sent().with_progress({1: "x"}), "progress"),  # type: ignore[dict-item]
         (lambda: Outcome.sent().with_progress(["x"]), "progress"),  # type: ignore[arg-type]
         (
             lambda: Mark.failed(row(), "x").__class__(
-                1, row().token, Status.FAILED, "x", payload_patch=[1]
+                1,
+                row().token,
+                Status.FAILED,
+                "x",
+                payload_patch=[1],  # type: ignore[arg-type]
             ),
             "patch",
-        ),  # type: ignore[arg-type]
+        ),
         (lambda: Mark(1, row().token, Status.FAILED, "x", payload_patch={2: "x"}), "patch"),  # type: ignore[dict-item]
     ],
 )
