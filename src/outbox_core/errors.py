@@ -13,7 +13,6 @@ against plain Python conventions still catches them::
     ├── IllegalTransition                 a move the delivery state machine does not allow
     ├── RequeueRefused                    a requeue that would resend a sent message or lose data
     ├── StaleMark                         a mark whose claim was superseded (the fence said no)
-    │   └── StaleDeliveryMark              the same, for a webhook delivery row
     ├── StoreUnavailable                  the store could not be reached (an outage, not a bug)
     └── WebhookVerificationError          a webhook whose signature, timestamp or headers don't verify
 
@@ -30,7 +29,6 @@ __all__ = [
     "InvalidRecipient",
     "OutboxError",
     "RequeueRefused",
-    "StaleDeliveryMark",
     "StaleMark",
     "StoreUnavailable",
     "UnsafeHeader",
@@ -87,10 +85,6 @@ class StaleMark(OutboxError):
         self.row_id = row_id
         self.status = status
         super().__init__(f"stale mark dropped for row {row_id} ({status!s}): another claim owns it")
-
-
-class StaleDeliveryMark(StaleMark):
-    """A webhook-delivery mark refused by the fence."""
 
 
 class StoreUnavailable(OutboxError):

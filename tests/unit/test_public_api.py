@@ -14,7 +14,7 @@ EXPECTED = {
     "IllegalTransition", "InvalidMessage", "InvalidPayload", "InvalidRecipient", "Mark",
     "NewMessage", "OutboxError", "Outcome", "OutcomeKind", "OutgoingMail", "RequeueRefused",
     "ScrubRules", "SlotSchedule", "SmtpSecurityPolicy", "SmtpStage", "SmtpTlsMode",
-    "StaleDeliveryMark", "StaleMark", "Status", "UnsafeHeader", "WebhookSecret", "WebhookTiming",
+    "StaleMark", "Status", "UnsafeHeader", "WebhookSecret", "WebhookTiming",
     "WebhookVerificationError", "build_message", "classify_http", "classify_smtp_failure",
     "classify_smtp_reply", "decide", "validate_address", "validate_payload", "webhook_headers",
 }  # fmt: skip
