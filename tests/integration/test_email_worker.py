@@ -28,9 +28,8 @@ from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresStore, enqueue_async
 from outbox_adapters.runtime import Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp import SmtpMailer
 from outbox_core.backoff import SlotSchedule
-from outbox_core.errors import ConfigurationError
 from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import MarkResult
@@ -181,17 +180,6 @@ async def test_strict_starttls_sends_nothing_to_a_server_without_it(
     row = rows(dsn)[row_id]
     assert row["status"] == "pending"
     assert "STARTTLS" in row["last_error"]
-
-
-def test_plaintext_smtp_is_refused_in_production() -> None:
-    with pytest.raises(ConfigurationError, match="production"):
-        SmtpSettings.from_url(
-            "smtp://127.0.0.1:2525",
-            tls="none",
-            sender=SENDER,
-            environment="production",
-            allow_plaintext=True,
-        )
 
 
 async def test_a_row_cut_off_mid_send_keeps_its_lease(dsn: str, store: PostgresStore) -> None:
