@@ -71,7 +71,7 @@ from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.decide import event_for
 from outbox_core.delivery import Event, Status, check_requeue
 from outbox_core.errors import RequeueRefused
-from outbox_core.lease import fence_admits, is_expired, lease_expires_at
+from outbox_core.lease import fence_admits, lease_expires_at
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId, check_lane_name
 from outbox_core.operator import (
     AuditEntry,
@@ -196,7 +196,7 @@ class MemoryStore(MemoryOperatorReads):
                     for row in self._rows.values()
                     if row.lane == request.lane
                     and row.status is Status.PENDING
-                    and is_expired(row.next_attempt_at, now=now)
+                    and row.next_attempt_at <= now
                 ),
                 key=lambda row: (row.next_attempt_at, row.id),
             )[: request.limit]
