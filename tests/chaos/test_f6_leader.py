@@ -62,6 +62,7 @@ import attrs
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tests.chaos.conftest import ChaosDb
 from tests.faults.leader_proc import (
     LeaderWorkerOptions,
     ProxyLoop,
@@ -69,6 +70,7 @@ from tests.faults.leader_proc import (
     StampingSinkHandler,
     start_leader_worker,
 )
+from tests.faults.pg import ThrowawayPostgres
 from tests.faults.proxy import FaultProxy
 from tests.faults.worker_proc import MUTANT_ENV, WorkerProcess
 
@@ -370,21 +372,33 @@ def unforced_losses(scene: Scene, faults: list[Fault]) -> list[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+def f6_dsn(request: pytest.FixtureRequest, chaos_dsn: str) -> str:
+    """A database reachable over TCP: F6 puts a proxy in front of PostgreSQL. The session's own
+    when its DSN has a TCP host; else (the embedded server listens on a Unix socket) the module's
+    throwaway server (tests/faults/pg.py), which listens on 127.0.0.1. Never a skip."""
+    host = conninfo_to_dict(chaos_dsn).get("host") or ""
+    if host and not str(host).startswith("/"):
+        return chaos_dsn
+    server: ThrowawayPostgres = request.getfixturevalue("pg")
+    return server.dsn
+
+
+@pytest.fixture
+def f6_db(f6_dsn: str) -> ChaosDb:
+    return ChaosDb(f6_dsn)
+
+
 @pytest.fixture
 def scene(
-    request: pytest.FixtureRequest, chaos_dsn: str, new_lane: Callable[[str], str]
+    request: pytest.FixtureRequest, f6_dsn: str, new_lane: Callable[[str], str]
 ) -> Iterator[Scene]:
-    host = conninfo_to_dict(chaos_dsn).get("host") or ""
-    if not host or str(host).startswith("/"):
-        pytest.skip("F6 puts a TCP proxy in front of PostgreSQL: it needs a DSN with a TCP host")
     mutant = request.config.getoption("--mutant", default=None) or os.environ.get(MUTANT_ENV)
     handler = StampingSinkHandler(delay=REPLY_DELAY)
     sink = SmtpSink(tls="starttls")
     sink.handler = handler  # before start(): the server is built around it
     with sink:
-        built = Scene(
-            chaos_dsn, new_lane("f6"), sink, handler, {MUTANT_ENV: mutant} if mutant else {}
-        )
+        built = Scene(f6_dsn, new_lane("f6"), sink, handler, {MUTANT_ENV: mutant} if mutant else {})
         try:
             yield built
         finally:
@@ -392,8 +406,9 @@ def scene(
 
 
 def test_f6_leader_loss_never_two_leaders_and_a_successor_within_the_ttl(
-    scene: Scene, chaos_db: Any, chaos_full: bool, report: Callable[[str], None]
+    scene: Scene, f6_db: ChaosDb, chaos_full: bool, report: Callable[[str], None]
 ) -> None:
+    chaos_db = f6_db
     started = time.monotonic()
     scene.feed(chaos_db, at_least=2 * BATCH)
     for slot in WORKERS:
