@@ -40,11 +40,15 @@ from outbox_adapters.lanes.email import EmailHandler, email_lane
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_core.backoff import SlotSchedule
+from outbox_core.backoff import RetryPause, SlotSchedule
 from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.ports import ClaimRequest, MarkResult
 from outbox_core.timing import EmailStepBudgets, EmailTiming
 from outbox_core.tls import SmtpSecurityPolicy
+
+#: The pause after a failed claim, shrunk with the test's other timings (the default, 1 s doubling
+#: to 30 s, would have a worker still asleep long after the database came back).
+CLAIM_RETRY_SHRUNK = RetryPause(base=timedelta(milliseconds=100), cap=timedelta(seconds=2))
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -240,6 +244,7 @@ async def test_f3_postgres_outages_mid_drain(  # noqa: PLR0915, PLR0917 - one st
         lane=lane,
         timing=TIMING,
         poll_interval=0.05,
+        claim_retry=CLAIM_RETRY_SHRUNK,
         backoff=SlotSchedule((timedelta(seconds=1),) * 10),
     )
     stores = [await PostgresStore.open(pg.dsn, max_size=4) for _ in range(n_workers)]
