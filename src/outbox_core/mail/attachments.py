@@ -19,7 +19,8 @@ send time (an :class:`~outbox_core.errors.InvalidMessage`, which fails the row a
 
 * **filename**: written into a header parameter, so it is held to a header value's rules and more:
   no control characters, no bidirectional-text controls (``invoice\\u202efdp.exe`` would show as
-  ``invoiceexe.pdf``), no ``/`` or ``\\`` (a path), not ``.`` or ``..``, no surrounding whitespace,
+  ``invoiceexe.pdf``), no ``/`` or ``\\`` (a path), not wrapped in ``"`` (mail readers unquote
+  ``"x"`` to ``x``), not ``.`` or ``..``, no surrounding whitespace,
   no RFC 2047 encoded word (mail readers decode them in filenames too), at most 255 octets of
   UTF-8 (the common file-system limit). Non-ASCII names are written in RFC 2231 form
   (``filename*=utf-8''...``) by :mod:`outbox_core.mail.mime`.
@@ -97,6 +98,10 @@ def _filename(_inst: object, _attribute: object, value: str) -> None:
             )
     if "/" in value or "\\" in value:
         raise UnsafeHeader("the filename contains a path separator ('/' or '\\'); give a name only")
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        # Mail readers (and the re-parse check) unquote a parameter value once more: '"x"' reads
+        # as 'x'. A quote inside a name is kept; a name quoted whole is refused.
+        raise UnsafeHeader("the filename is wrapped in double quotes, which mail readers strip")
     if value.strip() in {"", ".", ".."} or value != value.strip():
         raise UnsafeHeader(
             "the filename is empty, '.' or '..', or has surrounding whitespace; give a file name"
