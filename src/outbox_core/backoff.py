@@ -21,6 +21,8 @@ Two schedules ship:
   server's outage without hammering it.
 - :data:`CONSUMER_BACKOFF` — consumer channels make 5 attempts with exponential backoff before the
   event is parked on the dead-letter destination.
+- :data:`WEBHOOK_BACKOFF` — webhook deliveries: 8 attempts over about 27.6 hours (at once, 5 s,
+  5 min, 30 min, 2 h, 5 h, 10 h, 10 h).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "EMAIL_BACKOFF",
     "LISTEN_RETRY",
     "MARK_RETRY",
+    "WEBHOOK_BACKOFF",
     "Backoff",
     "ExponentialBackoff",
     "RetryPause",
@@ -201,6 +204,23 @@ EMAIL_BACKOFF: Final = SlotSchedule(
 
 #: Consumer channels: 5 attempts, exponential: waits of about 2 s, 4 s, 8 s, 16 s.
 CONSUMER_BACKOFF: Final = ExponentialBackoff()
+
+#: Webhook deliveries: the first attempt at once (in-process, right after the fan-out), then waits
+#: of 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h (each jittered by up to 20 %, so receivers
+#: that came back are not hit by every sender at once): 8 attempts over about 27.6 hours, then
+#: failed. A 429/503 Retry-After lengthens a wait (capped), never shortens it.
+WEBHOOK_BACKOFF: Final = SlotSchedule(
+    (
+        timedelta(seconds=5),
+        timedelta(minutes=5),
+        timedelta(minutes=30),
+        timedelta(hours=2),
+        timedelta(hours=5),
+        timedelta(hours=10),
+        timedelta(hours=10),
+    ),
+    jitter_ratio=0.2,
+)
 
 
 def _pause_cap(inst: RetryPause, attribute: attrs.Attribute[timedelta], value: timedelta) -> None:

@@ -125,6 +125,9 @@ def decide(  # noqa: PLR0913 -- a sans-IO decision: the clock, the jitter draw a
         # What the attempt achieved (e.g. who already has the message) is recorded whatever the
         # status: a retry, a failure that an operator may requeue, and the sent record alike.
         payload_patch=outcome.progress,
+        # A 410 Gone disables the endpoint in the mark's own transaction (the store writes both).
+        disable_endpoint=outcome.disable_endpoint,
+        recorded=outcome.recorded,
     )
 
 

@@ -150,6 +150,10 @@ def _check_mark(inst: Mark, _attribute: object, _value: object) -> None:
         )
     if status in (Status.FAILED, Status.PENDING, Status.SKIPPED) and not inst.reason:
         raise ValueError(f"a {status} mark needs a reason")
+    if inst.disable_endpoint and status is not Status.FAILED:
+        raise ValueError("only a failed mark disables an endpoint (HTTP 410 Gone)")
+    if inst.recorded and status is not Status.DISPATCHED:
+        raise ValueError("only a dispatched mark can have been recorded by its handler")
 
 
 @attrs.frozen
@@ -176,6 +180,13 @@ class Mark:
     #: what the attempt achieved, e.g. the recipients who already have the message
     #: (:mod:`outbox_core.recipients`). Only an object payload takes it; ``None``: none.
     payload_patch: JSONObject | None = attrs.field(default=None, converter=_patch, hash=False)
+    #: Disable the row's webhook endpoint in the mark's own transaction (the receiver answered
+    #: 410 Gone). Failed marks only; a store whose table has no endpoint refuses it.
+    disable_endpoint: bool = False
+    #: The handler wrote this mark itself, in its own transaction, fenced by the same claim token
+    #: (handler-owns-mark: the webhook drainer's fan-out). The runtime writes nothing more: a
+    #: second, no-op write would cost a round trip and read as a stale-mark alarm.
+    recorded: bool = attrs.field(default=False)
 
     @classmethod
     def dispatched(cls, row: ClaimedRow, *, scrub_keys: frozenset[str]) -> Mark:

@@ -46,6 +46,8 @@ def _check(inst: Outcome, _attribute: object, _value: object) -> None:
         raise ValueError("maybe_delivered describes a transient failure only")
     if inst.delivered_to and kind is not OutcomeKind.SENT:
         raise ValueError(f"delivered_to describes a sent outcome only, not {kind}")
+    if inst.recorded and kind is not OutcomeKind.SENT:
+        raise ValueError(f"only a sent outcome can have been recorded by its handler, not {kind}")
     if inst.refused and kind is OutcomeKind.SKIPPED:
         raise ValueError("a skipped outcome sent nothing, so nobody refused it")
 
@@ -94,6 +96,9 @@ class Outcome:
     #: Payload keys the mark writes into the row in the same fenced UPDATE (e.g. who already has
     #: the message), so a later attempt or a requeue knows what this attempt achieved.
     progress: Mapping[str, Any] | None = attrs.field(default=None, converter=_progress, hash=False)
+    #: The handler already wrote the row's dispatched mark in its own transaction, fenced by the
+    #: row's claim token (handler-owns-mark, e.g. the webhook fan-out): nothing is left to write.
+    recorded: bool = False
 
     @classmethod
     def sent(
@@ -101,6 +106,12 @@ class Outcome:
     ) -> Outcome:
         """Sent; with ``delivered_to`` and ``refused`` when only some recipients accepted it."""
         return cls(OutcomeKind.SENT, delivered_to=delivered_to, refused=refused)
+
+    @classmethod
+    def recorded_by_handler(cls) -> Outcome:
+        """Done, and the handler already recorded the row's dispatched mark itself, in its own
+        transaction, fenced by the row's claim token (the webhook fan-out)."""
+        return cls(OutcomeKind.SENT, recorded=True)
 
     @classmethod
     def skipped(cls, reason: str) -> Outcome:

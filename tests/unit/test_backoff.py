@@ -324,3 +324,22 @@ def test_an_outage_pause_counts_failures_from_one() -> None:
         CLAIM_RETRY.after(0, jitter=0.5)
     with pytest.raises(ValueError, match="jitter must be a float in"):
         CLAIM_RETRY.after(1, jitter=1.5)
+
+
+def test_the_webhook_schedule_is_eight_attempts_over_about_27_hours_then_failed() -> None:
+    from outbox_core.backoff import WEBHOOK_BACKOFF  # noqa: PLC0415 - the one name under test
+
+    waits = [WEBHOOK_BACKOFF.delay(n, jitter=0.5) for n in range(1, 8)]
+    assert [w.total_seconds() for w in waits if w is not None] == [
+        5,
+        300,
+        1800,
+        7200,
+        18000,
+        36000,
+        36000,
+    ]
+    assert WEBHOOK_BACKOFF.max_attempts == 8
+    assert WEBHOOK_BACKOFF.delay(8, jitter=0.5) is None
+    low, high = WEBHOOK_BACKOFF.delay(2, jitter=0.0), WEBHOOK_BACKOFF.delay(2, jitter=1.0)
+    assert (low, high) == (timedelta(minutes=4), timedelta(minutes=6))  # +/- 20 %

@@ -19,7 +19,7 @@ from outbox_core.decide import DEFAULT_RETRY_AFTER_CAP, decide, event_for
 from outbox_core.delivery import Event, Status, transition
 from outbox_core.errors import IllegalTransition
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark
-from outbox_core.outcomes import Outcome
+from outbox_core.outcomes import Outcome, OutcomeKind
 from outbox_core.scrub import DEFAULT_SECRET_KEYS, ScrubRules
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -264,3 +264,29 @@ def test_a_slot_schedule_of_one_retries_once() -> None:
     backoff = SlotSchedule((MINUTE,))
     assert run(Outcome.transient("x"), backoff=backoff).status is Status.PENDING
     assert run(Outcome.transient("x"), attempts=2, backoff=backoff).status is Status.FAILED
+
+
+# --- webhook etiquette and handler-owns-mark -------------------------------------------------------
+
+
+def test_a_410_fails_the_row_and_asks_the_store_to_disable_the_endpoint_in_the_same_write() -> None:
+    mark = run(Outcome.permanent("endpoint gone (status 410)", disable_endpoint=True))
+    assert mark.status is Status.FAILED
+    assert mark.disable_endpoint
+    assert not run(Outcome.permanent("receiver rejected the request: 400")).disable_endpoint
+
+
+def test_a_mark_the_handler_recorded_itself_is_flagged_so_the_runtime_writes_nothing() -> None:
+    mark = run(Outcome.recorded_by_handler())
+    assert mark.status is Status.DISPATCHED
+    assert mark.recorded
+    assert not run(Outcome.sent()).recorded
+
+
+def test_only_a_failed_mark_disables_and_only_a_dispatched_one_is_handler_recorded() -> None:
+    with pytest.raises(ValueError, match="disables an endpoint"):
+        Mark(42, TOKEN, Status.DISPATCHED, disable_endpoint=True)
+    with pytest.raises(ValueError, match="recorded by its handler"):
+        Mark(42, TOKEN, Status.FAILED, "x", recorded=True)
+    with pytest.raises(ValueError, match="recorded by its handler"):
+        Outcome(OutcomeKind.PERMANENT, "x", recorded=True)

@@ -384,3 +384,29 @@ async def test_a_stale_mark_is_logged_once_and_counted(caplog: pytest.LogCapture
     assert [r.getMessage() for r in stale] == [
         f"stale mark dropped for row {row_id} (dispatched): another claim owns it"
     ]
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["strict", "grouped"])
+async def test_a_mark_the_handler_recorded_itself_is_not_written_again(grouped: bool) -> None:
+    """Handler-owns-mark (the webhook fan-out): the handler's own transaction wrote the dispatched
+    mark under the claim's token, so the runtime writes nothing: no round trip, no stale alarm."""
+    clock = FakeClock(T0)
+    store = CountingStore(clock)
+    ids = [int(store.enqueue(NewMessage("email", {"n": n})).row_id) for n in range(4)]
+    owned = set(ids[:2])
+
+    async def send(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        if row.id in owned:
+            return Outcome.recorded_by_handler()
+        return Outcome.sent()
+
+    config: dict[str, object] = {"timing": EmailTiming(batch_size=4)}
+    if grouped:
+        config.update(rows_in_flight=4, group_marks=True)
+    worker = worker_for(store, send, clock, **config)
+    report = await worker.run_once()
+
+    written = sorted(row_id for write in store.writes for row_id in write)
+    assert written == ids[2:]  # only the rows the handler did not record
+    assert report.dispatched == 4
+    assert report.stale_marks == 0

@@ -78,6 +78,10 @@ class Marker:
 
     async def mark(self, mark: Mark) -> MarkResult | None:
         """Record ``mark``; ``None`` when it could not be recorded within its budget."""
+        if mark.recorded:
+            # Handler-owns-mark: the handler's own transaction wrote it, fenced by this claim's
+            # token (the webhook fan-out). A second write could only match nothing.
+            return MarkResult.APPLIED
         result = await self._within_budget(self.store.mark_if_pending, mark)
         if result is MarkResult.STALE:
             _stale(mark)
@@ -85,13 +89,16 @@ class Marker:
 
     async def mark_group(self, marks: Sequence[Mark]) -> Sequence[MarkResult | None]:
         """Record a window's marks in one write (grouped-mark mode), like :meth:`mark`."""
-        results = await self._within_budget(self.store.mark_many, marks)
-        if results is None:
-            return [None] * len(marks)
-        for mark, result in zip(marks, results, strict=True):
+        to_write = [mark for mark in marks if not mark.recorded]  # handler-owns-mark: see mark()
+        written = await self._within_budget(self.store.mark_many, to_write) if to_write else []
+        if written is None:
+            return [MarkResult.APPLIED if mark.recorded else None for mark in marks]
+        results = iter(written)
+        out = [MarkResult.APPLIED if mark.recorded else next(results) for mark in marks]
+        for mark, result in zip(marks, out, strict=True):
             if result is MarkResult.STALE:
                 _stale(mark)
-        return results
+        return out
 
     async def surviving(self, mark: Mark) -> MarkResult | None:
         """:meth:`mark`, run again detached if the caller is cancelled meanwhile."""
