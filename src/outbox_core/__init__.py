@@ -6,7 +6,13 @@ It takes ``now``, jitter and configuration as arguments and imports only the sta
 The names below are the common ones; each module's ``__all__`` lists the rest.
 """
 
-from outbox_core.backoff import CONSUMER_BACKOFF, EMAIL_BACKOFF, ExponentialBackoff, SlotSchedule
+from outbox_core.backoff import (
+    CONSUMER_BACKOFF,
+    EMAIL_BACKOFF,
+    WEBHOOK_BACKOFF,
+    ExponentialBackoff,
+    SlotSchedule,
+)
 from outbox_core.classify import (
     HttpAttempt,
     HttpFailure,
@@ -41,6 +47,7 @@ from outbox_core.timing import (
     DEFAULT_WEBHOOK_TIMING,
     EmailStepBudgets,
     EmailTiming,
+    FanOutTiming,
     LaneTiming,
     WebhookTiming,
 )
@@ -52,6 +59,7 @@ __all__ = [
     "DEFAULT_SECRET_KEYS",
     "DEFAULT_WEBHOOK_TIMING",
     "EMAIL_BACKOFF",
+    "WEBHOOK_BACKOFF",
     "Attachment",
     "ClaimToken",
     "ClaimedRow",
@@ -61,6 +69,7 @@ __all__ = [
     "EmailTiming",
     "Event",
     "ExponentialBackoff",
+    "FanOutTiming",
     "HttpAttempt",
     "HttpFailure",
     "IllegalTransition",

@@ -26,13 +26,19 @@ retry claim lease 10 * 13 s + 60 s = 190 s, birth lease 120 s.
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import attrs
 
-from outbox_core.errors import ConfigurationError
+from outbox_core.timing_rules import MAX_BATCH_SIZE, MAX_STEP_BUDGET
+from outbox_core.timing_rules import batch_size as _batch_size
+from outbox_core.timing_rules import budget as _budget
+from outbox_core.timing_rules import check_chain as _check_chain
+from outbox_core.timing_rules import check_claim_size as _check_claim_size
+from outbox_core.timing_rules import fmt as _fmt
+from outbox_core.timing_rules import pick as _pick
+from outbox_core.timing_rules import seconds as _seconds
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,20 +50,10 @@ __all__ = [
     "MAX_STEP_BUDGET",
     "EmailStepBudgets",
     "EmailTiming",
+    "FanOutTiming",
     "LaneTiming",
     "WebhookTiming",
 ]
-
-#: The largest batch (email) or retry claim batch (webhooks) a timing object accepts.
-MAX_BATCH_SIZE: Final = 10_000
-#: The longest single budget (a step, a grace, a birth lease). Longer is a typo, not a setting, and
-#: the bound keeps ``n * per_row`` far inside what :class:`~datetime.timedelta` can hold.
-MAX_STEP_BUDGET: Final = timedelta(days=1)
-# The messages print products with a multiplication sign, as the record does; spelled by name so
-# no reader (or linter) mistakes it for the letter x.
-_TIMES: Final = "\N{MULTIPLICATION SIGN}"
-# Float seconds beyond this can't become a timedelta at all; refuse them before trying.
-_LARGEST_SECONDS: Final = 1e12
 
 
 @runtime_checkable
@@ -95,75 +91,6 @@ class LaneTiming(Protocol):
     def describe(self) -> str:
         """One line for the worker to print at start."""
         ...
-
-
-def _fmt(duration: timedelta) -> str:
-    """``60s``, ``2.5s``: seconds without a trailing ``.0``, as the error messages print them."""
-    return f"{duration.total_seconds():f}".rstrip("0").rstrip(".") + "s"
-
-
-def _budget(_inst: object, attribute: attrs.Attribute[Any], value: timedelta) -> None:
-    if not isinstance(value, timedelta) or not timedelta(0) < value <= MAX_STEP_BUDGET:
-        raise ConfigurationError(
-            f"{attribute.name} must be a duration above 0s and at most {_fmt(MAX_STEP_BUDGET)},"
-            f" got {value!r}"
-        )
-
-
-def _batch_size(_inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE:
-        raise ConfigurationError(
-            f"{attribute.name} must be a whole number of rows from 1 to {MAX_BATCH_SIZE},"
-            f" got {value!r}"
-        )
-
-
-def _seconds(name: str, value: float) -> timedelta:
-    """A duration from float seconds (CLI input); range rules are the fields' validators' job."""
-    if not math.isfinite(value) or abs(value) > _LARGEST_SECONDS:
-        raise ConfigurationError(f"{name} must be a finite number of seconds, got {value!r}")
-    return timedelta(seconds=value)
-
-
-def _check_chain(
-    names: tuple[str, str, str, str], batch: int, unit: timedelta, timeout: object, grace: timedelta
-) -> None:
-    """Refuse a timeout outside ``batch * unit <= timeout < batch * unit + grace``, naming the link.
-
-    ``names`` spells (batch, unit, timeout, lease) the way the caller's fields are named.
-    """
-    batch_name, unit_name, timeout_name, lease_name = names
-    if not isinstance(timeout, timedelta):
-        raise ConfigurationError(f"{timeout_name} must be a timedelta, got {timeout!r}")
-    work = batch * unit
-    product = f"{batch_name} {batch} {_TIMES} {unit_name} {_fmt(unit)}"
-    if timeout < work:
-        raise ConfigurationError(
-            f"{timeout_name} {_fmt(timeout)} is shorter than {product} = {_fmt(work)}:"
-            " the last row of a batch could be cancelled mid-send"
-        )
-    lease = work + grace
-    if timeout >= lease:
-        raise ConfigurationError(
-            f"{timeout_name} {_fmt(timeout)} is not shorter than {lease_name} {_fmt(lease)}"
-            f" ({product} + lease_grace {_fmt(grace)}): the lease could expire while the batch"
-            " still runs, and a sibling that re-claims its rows would send them twice"
-        )
-
-
-def _pick(overrides: Mapping[str, float], known: tuple[str, ...]) -> dict[str, timedelta]:
-    """Turn ``{"dial": 12.0}`` into ``{"dial": timedelta(seconds=12)}``; refuse unknown names."""
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise ConfigurationError(
-            f"unknown budget name(s) {', '.join(unknown)}; the known names are {', '.join(known)}"
-        )
-    return {name: _seconds(name, seconds) for name, seconds in overrides.items()}
-
-
-def _check_claim_size(n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH_SIZE:
-        raise ConfigurationError(f"a claim takes 1 to {MAX_BATCH_SIZE} rows, got {n!r}")
 
 
 @attrs.frozen
@@ -283,131 +210,13 @@ class EmailTiming:
         )
 
 
-def _retry_batch_timeout(inst: WebhookTiming) -> timedelta:
-    # attrs runs validators after every default is made: check what this default uses first.
-    fields = attrs.fields(WebhookTiming)
-    _budget(inst, fields.http_attempt, inst.http_attempt)
-    _budget(inst, fields.mark, inst.mark)
-    _batch_size(inst, fields.retry_claim_batch, inst.retry_claim_batch)
-    return inst.retry_claim_batch * inst.per_attempt
-
-
-@attrs.frozen
-class WebhookTiming:
-    """The webhook pipeline's timing: one attempt's budget, the birth lease and the retry lease.
-
-    Why two leases. A delivery row is born leased (``next_retry_at = now + birth_lease``, in the
-    fan-out transaction) so the retry worker cannot steal it from its in-process first attempt;
-    rows the retry worker claims are leased for a whole retry batch. One constant cannot serve
-    both (ADR 0002). Sized for the retry batch (190 s), a fresh delivery whose first
-    attempt died with its process would wait out the whole batch-sized lease before the retry
-    worker could pick it up (the record calls this starving first delivery, "~23 minutes" at the
-    figures it had then). Sized for birth (120 s), it would be shorter than a slow retry batch
-    (10 * 13 s = 130 s), so a sibling could re-claim the batch's last rows while they are still
-    being sent, and POST them twice.
-    """
-
-    #: The absolute deadline of one HTTP attempt (httpx's timeouts are per operation, so a
-    #: slow-drip receiver could otherwise hold a request far longer).
-    http_attempt: timedelta = attrs.field(default=timedelta(seconds=8), validator=_budget)
-    #: The detached compare-and-set mark that records the attempt's result.
-    mark: timedelta = attrs.field(default=timedelta(seconds=5), validator=_budget)
-    #: How many due deliveries one retry claim takes.
-    retry_claim_batch: int = attrs.field(default=10, validator=_batch_size)
-    #: How long the retry worker may spend on one claimed batch.
-    retry_batch_timeout: timedelta = attrs.field(
-        default=attrs.Factory(_retry_batch_timeout, takes_self=True)
-    )
-    #: What the retry claim lease adds beyond the batch's work.
-    lease_grace: timedelta = attrs.field(default=timedelta(seconds=60), validator=_budget)
-    #: The lease a fresh delivery row is born with, covering its in-process first attempt.
-    birth_lease: timedelta = attrs.field(default=timedelta(seconds=120), validator=_budget)
-
-    def __attrs_post_init__(self) -> None:
-        names = ("retry_claim_batch", "per_attempt", "retry_batch_timeout", "retry_claim_lease")
-        _check_chain(
-            names,
-            self.retry_claim_batch,
-            self.per_attempt,
-            self.retry_batch_timeout,
-            self.lease_grace,
-        )
-        if self.birth_lease < self.per_attempt:
-            raise ConfigurationError(
-                f"birth_lease {_fmt(self.birth_lease)} is shorter than per_attempt"
-                f" {_fmt(self.per_attempt)} (http_attempt {_fmt(self.http_attempt)} + mark"
-                f" {_fmt(self.mark)}): the retry worker could claim a fresh delivery while its"
-                " first attempt is still running, and POST it twice"
-            )
-
-    @classmethod
-    def override_names(cls) -> tuple[str, ...]:
-        """Every name :meth:`with_overrides` accepts."""
-        return ("http_attempt", "mark", "lease_grace", "birth_lease")
-
-    @classmethod
-    def with_overrides(
-        cls,
-        overrides: Mapping[str, float] | None = None,
-        *,
-        retry_claim_batch: int = 10,
-        retry_batch_timeout: float | None = None,
-    ) -> WebhookTiming:
-        """Build from seconds, as a CLI gets them; names not given keep their defaults."""
-        picked: dict[str, Any] = _pick(overrides or {}, cls.override_names())
-        picked["retry_claim_batch"] = retry_claim_batch
-        if retry_batch_timeout is not None:
-            picked["retry_batch_timeout"] = _seconds("retry_batch_timeout", retry_batch_timeout)
-        return cls(**picked)
-
-    @property
-    def per_attempt(self) -> timedelta:
-        """One attempt's whole budget: the HTTP deadline plus the mark (13 s by default)."""
-        return self.http_attempt + self.mark
-
-    def retry_claim_lease(self, n: int | None = None) -> timedelta:
-        """The lease a retry claim of ``n`` rows (default: a full batch) stamps."""
-        rows = self.retry_claim_batch if n is None else n
-        _check_claim_size(rows)
-        return rows * self.per_attempt + self.lease_grace
-
-    # --- LaneTiming: the retry lane's figures under the runtime's names ------------------------
-
-    @property
-    def batch_size(self) -> int:
-        """The retry lane's claim size (:attr:`retry_claim_batch`)."""
-        return self.retry_claim_batch
-
-    @property
-    def per_row(self) -> timedelta:
-        """One delivery attempt's whole budget (:attr:`per_attempt`)."""
-        return self.per_attempt
-
-    @property
-    def batch_timeout(self) -> timedelta:
-        """The retry batch timeout (:attr:`retry_batch_timeout`)."""
-        return self.retry_batch_timeout
-
-    @property
-    def mark_budget(self) -> timedelta:
-        """The mark's budget (:attr:`mark`)."""
-        return self.mark
-
-    def claim_lease(self, n: int | None = None) -> timedelta:
-        """The retry claim lease (:meth:`retry_claim_lease`)."""
-        return self.retry_claim_lease(n)
-
-    def describe(self) -> str:
-        """One line for the webhook workers to print at start."""
-        return (
-            f"per-attempt budget {_fmt(self.per_attempt)} (http_attempt"
-            f" {_fmt(self.http_attempt)} + mark {_fmt(self.mark)}), birth lease"
-            f" {_fmt(self.birth_lease)}, retry batch {self.retry_claim_batch}, retry batch timeout"
-            f" {_fmt(self.retry_batch_timeout)}, retry claim lease {_fmt(self.retry_claim_lease())}"
-        )
-
-
 #: The record's email figures: per-row 60 s, batch 5, batch timeout 300 s, claim lease 360 s.
 DEFAULT_EMAIL_TIMING: Final = EmailTiming()
-#: The record's webhook figures: 13 s per attempt, birth lease 120 s, retry claim lease 190 s.
-DEFAULT_WEBHOOK_TIMING: Final = WebhookTiming()
+
+# The webhook lanes' timings live beside the e-mail one's rules, in their own module; re-exported
+# here so ``outbox_core.timing`` names every lane timing.
+from outbox_core.webhook_timing import (  # noqa: E402 - after LaneTiming, which it does not need
+    DEFAULT_WEBHOOK_TIMING,
+    FanOutTiming,
+    WebhookTiming,
+)

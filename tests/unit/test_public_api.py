@@ -9,7 +9,7 @@ import outbox_core
 
 EXPECTED = {
     "CONSUMER_BACKOFF", "DEFAULT_EMAIL_TIMING", "DEFAULT_SECRET_KEYS", "DEFAULT_WEBHOOK_TIMING",
-    "EMAIL_BACKOFF", "Attachment", "ClaimToken", "ClaimedRow", "ConfigurationError", "EmailPayload",
+    "EMAIL_BACKOFF", "WEBHOOK_BACKOFF", "FanOutTiming", "Attachment", "ClaimToken", "ClaimedRow", "ConfigurationError", "EmailPayload",
     "EmailStepBudgets", "EmailTiming", "Event", "LaneTiming", "StoreUnavailable", "ExponentialBackoff", "HttpAttempt", "HttpFailure",
     "IllegalTransition", "InvalidMessage", "InvalidPayload", "InvalidRecipient", "Mark",
     "NewMessage", "OutboxError", "Outcome", "OutcomeKind", "OutgoingMail", "RequeueRefused",

@@ -383,3 +383,18 @@ def test_a_claim_of_the_largest_batch_gets_a_lease():
         webhook.retry_claim_lease(MAX_BATCH_SIZE)
         == MAX_BATCH_SIZE * webhook.per_attempt + webhook.lease_grace
     )
+
+
+def test_the_drainer_timing_holds_its_chain_and_is_a_lane_timing() -> None:
+    from outbox_core.timing import FanOutTiming, LaneTiming  # noqa: PLC0415 - the names under test
+
+    timing = FanOutTiming()
+    assert isinstance(timing, LaneTiming)
+    assert timing.per_row == 10 * S  # fan-out 5 s + mark 5 s
+    assert timing.batch_timeout == 200 * S
+    assert timing.claim_lease() == 260 * S
+    assert "fan_out 5s + mark 5s" in timing.describe()
+    with pytest.raises(ConfigurationError, match="batch_timeout 199s is shorter than"):
+        FanOutTiming(batch_timeout=199 * S)
+    with pytest.raises(ConfigurationError, match="is not shorter than claim_lease 260s"):
+        FanOutTiming(batch_timeout=260 * S)
