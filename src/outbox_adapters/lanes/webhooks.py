@@ -1,0 +1,221 @@
+"""The webhook lanes: the drainer's fan-out and the deliveries' attempts, as row handlers.
+
+Two lanes of the one runtime carry a webhook (ADR 0018):
+
+- the **drainer** (lane ``webhooks``) claims rows of the webhook outbox the host wrote in its own
+  transaction; :class:`FanOutHandler` turns one into the event, a born-leased delivery per
+  matching enabled endpoint and the row's own dispatched mark, in ONE transaction (the
+  repository's ``fan_out``), then starts the deliveries' first attempts in this process
+  (:class:`~outbox_adapters.runtime.born.BornRows`). It reports
+  :meth:`~outbox_core.outcomes.Outcome.recorded_by_handler`: the runtime writes no second mark.
+- the **deliveries** (lane ``webhook_deliveries``): :class:`DeliveryHandler` makes one signed POST
+  of one delivery, whether it is a first attempt or a retry the retry worker claimed. The core
+  classifies the answer (``classify_http``) and decides (``decide``); the fenced mark records it,
+  and a 410 disables the endpoint in the same transaction.
+
+Neither has a loop, a claim or a mark of its own: both are ``Worker``s over ``PostgresStore``s of
+their tables, with these handlers and :func:`drain_lane` / :func:`delivery_lane` configs.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Final, Protocol
+
+from outbox_adapters.runtime import LaneConfig
+from outbox_adapters.runtime.born import BornRows
+from outbox_core.backoff import WEBHOOK_BACKOFF, ExponentialBackoff
+from outbox_core.messages import ClaimedRow, ClaimToken
+from outbox_core.outcomes import Outcome
+from outbox_core.ports import Clock, WebhookSender
+from outbox_core.scrub import ScrubRules
+from outbox_core.signing import SECRET_PREFIX, WebhookSecret, webhook_headers
+from outbox_core.webhook_timing import DEFAULT_FAN_OUT_TIMING, DEFAULT_WEBHOOK_TIMING
+
+__all__ = [
+    "DELIVERY_LANE",
+    "RETRY_AFTER_CAP",
+    "WEBHOOK_LANE",
+    "DeliveryHandler",
+    "FanOutHandler",
+    "delivery_lane",
+    "drain_lane",
+    "redact_snippet",
+]
+
+#: The webhook outbox's lane (what ``enqueue_webhook`` writes; the drainer's leader key).
+WEBHOOK_LANE: Final = "webhooks"
+#: The deliveries' lane (born leased by the fan-out; the retry worker's leader key).
+DELIVERY_LANE: Final = "webhook_deliveries"
+#: The longest wait a receiver's Retry-After (429/503) can impose on a delivery.
+RETRY_AFTER_CAP: Final = timedelta(hours=1)
+#: A fan-out that failed (the database, not a receiver) is tried again soon, a few times.
+FAN_OUT_BACKOFF: Final = ExponentialBackoff(
+    base=timedelta(seconds=2), cap=timedelta(minutes=5), max_attempts=10
+)
+#: Webhook payloads hold no secret keys of the library's own: nothing is scrubbed by default.
+NO_SCRUB: Final = ScrubRules(keys=frozenset())
+_REDACTED: Final = "[redacted]"
+
+
+def drain_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's own keywords
+    """The drainer's :class:`LaneConfig`: lane ``webhooks``, :class:`FanOutTiming` (10 s a row,
+    batch 20) and a short backoff for a fan-out the database refused; ``settings`` override."""
+    stated: dict[str, Any] = {
+        "lane": WEBHOOK_LANE,
+        "timing": DEFAULT_FAN_OUT_TIMING,
+        "backoff": FAN_OUT_BACKOFF,
+        "scrub": NO_SCRUB,
+    }
+    return LaneConfig(**{**stated, **settings})
+
+
+def delivery_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's own keywords
+    """The deliveries' :class:`LaneConfig`: lane ``webhook_deliveries``, :class:`WebhookTiming`
+    (13 s an attempt, retry batch 10, retry lease 190 s), :data:`WEBHOOK_BACKOFF` and Retry-After
+    honoured up to an hour; ``settings`` override."""
+    stated: dict[str, Any] = {
+        "lane": DELIVERY_LANE,
+        "timing": DEFAULT_WEBHOOK_TIMING,
+        "backoff": WEBHOOK_BACKOFF,
+        "scrub": NO_SCRUB,
+        "retry_after_cap": RETRY_AFTER_CAP,
+    }
+    return LaneConfig(**{**stated, **settings})
+
+
+# --- what the handlers need of the repository (outbox_adapters.postgres.webhooks) ---------------
+
+
+class _FanOut(Protocol):
+    @property
+    def marked(self) -> bool: ...
+
+    @property
+    def deliveries(self) -> Sequence[ClaimedRow]: ...
+
+
+class _Target(Protocol):
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def secrets(self) -> Sequence[WebhookSecret]: ...
+
+    @property
+    def msg_id(self) -> str: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+
+class FanOutStore(Protocol):
+    async def fan_out(
+        self, row: ClaimedRow, *, birth_lease: timedelta, birth_token: ClaimToken
+    ) -> _FanOut: ...
+
+
+class TargetStore(Protocol):
+    async def delivery_target(self, delivery_id: int) -> _Target | None: ...
+
+
+# --- the drainer ----------------------------------------------------------------------------------
+
+
+class FanOutHandler:
+    """Drains one webhook-outbox row: the atomic fan-out, then the deliveries' first attempts."""
+
+    def __init__(
+        self,
+        repository: FanOutStore,
+        first_attempts: BornRows,
+        *,
+        clock: Clock,
+        entropy: Callable[[int], bytes] = secrets.token_bytes,
+    ) -> None:
+        self._repository = repository
+        self._first_attempts = first_attempts
+        self._clock = clock
+        self._entropy = entropy
+
+    async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        # The runtime bounds this call by the row's budget; a fan-out cut off rolls back whole.
+        del budget
+        born_at = self._clock.monotonic()  # before the transaction: its now() is no earlier
+        token = ClaimToken.from_entropy(self._entropy(16))
+        fan_out = await self._repository.fan_out(
+            row, birth_lease=self._first_attempts.lease, birth_token=token
+        )
+        if not fan_out.marked:
+            # The row's fence refused the mark inside the fan-out: another claim owns the row
+            # now (our lease ran out), and nothing was written. The runtime's mark will be stale.
+            return Outcome.transient("the row was claimed again by another worker; fan-out undone")
+        self._first_attempts.start(fan_out.deliveries, born_at=born_at)
+        return Outcome.recorded_by_handler()
+
+
+# --- one delivery attempt -------------------------------------------------------------------------
+
+
+class DeliveryHandler:
+    """One signed POST of one delivery (a first attempt, or a retry the retry lane claimed)."""
+
+    def __init__(self, repository: TargetStore, sender: WebhookSender, *, clock: Clock) -> None:
+        self._repository = repository
+        self._sender = sender
+        self._clock = clock
+
+    async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        started = self._clock.monotonic()
+        target = await self._repository.delivery_target(int(row.id))
+        if target is None:
+            return Outcome.permanent("the delivery's event or endpoint no longer exists")
+        if not target.enabled:
+            return Outcome.skipped("endpoint disabled; re-enable it and replay what it missed")
+        left = budget.total_seconds() - (self._clock.monotonic() - started)
+        if left <= 0:
+            return Outcome.transient("no time left for the request after loading the delivery")
+        # A fresh timestamp and signature on every attempt; the same webhook-id on all of them.
+        timestamp = int(self._clock.now().timestamp())
+        headers = webhook_headers(
+            target.secrets, msg_id=target.msg_id, timestamp=timestamp, body=target.body
+        )
+        outcome = await self._sender.send(
+            target.url, headers=headers, body=target.body, budget=timedelta(seconds=left)
+        )
+        return _redacted(outcome, target.secrets, headers)
+
+
+def _redacted(
+    outcome: Outcome, secrets_: Sequence[WebhookSecret], headers: Mapping[str, str]
+) -> Outcome:
+    """``outcome`` with any secret or signature removed from the response snippet it carries."""
+    progress = outcome.progress
+    if not progress or not isinstance(progress.get("response"), str):
+        return outcome
+    words = [value for value in headers.values() if value] + [_secret_text(s) for s in secrets_]
+    clean = redact_snippet(progress["response"], words)
+    return outcome.with_progress({**progress, "response": clean})
+
+
+def _secret_text(secret: WebhookSecret) -> str:
+    return secret.to_text()
+
+
+def redact_snippet(text: str, words: Sequence[str]) -> str:
+    """``text`` with every occurrence of ``words`` (secrets, signatures; also without their
+    ``whsec_``/``v1,`` prefixes, as a receiver may echo the bare base64) replaced."""
+    needles: set[str] = set()
+    for word in words:
+        for part in re.split(r"\s+", word):
+            bare = part.removeprefix(SECRET_PREFIX).split(",", 1)[-1]
+            needles.update(p for p in (part, bare) if len(p) >= 8)
+    for needle in sorted(needles, key=len, reverse=True):
+        text = text.replace(needle, _REDACTED)
+    return text
