@@ -29,6 +29,7 @@ __all__ = [
     "InvalidRecipient",
     "OutboxError",
     "RequeueRefused",
+    "StaleDeliveryMark",
     "StaleMark",
     "StoreUnavailable",
     "UnsafeHeader",
@@ -85,6 +86,16 @@ class StaleMark(OutboxError):
         self.row_id = row_id
         self.status = status
         super().__init__(f"stale mark dropped for row {row_id} ({status!s}): another claim owns it")
+
+
+class StaleDeliveryMark(StaleMark):
+    """A webhook delivery's mark refused by the fence: e.g. a late failure after a sibling's
+    success (the delivery lane reports its stale marks as this)."""
+
+    def __init__(self, row_id: object, status: object) -> None:
+        super().__init__(row_id, status)
+        message = f"stale delivery mark dropped for delivery {row_id} ({status!s}): another claim"
+        self.args = (message + " owns it",)
 
 
 class StoreUnavailable(OutboxError):

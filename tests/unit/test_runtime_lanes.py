@@ -18,7 +18,7 @@ from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_core.backoff import CONSUMER_BACKOFF, ExponentialBackoff
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
-from outbox_core.messages import ClaimedRow, NewMessage
+from outbox_core.messages import ClaimedRow, ClaimToken, NewMessage
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import ClaimRequest
 from outbox_core.timing import EmailTiming, LaneTiming, WebhookTiming
@@ -125,3 +125,29 @@ def test_the_leader_ttl_must_hold_a_whole_row_between_renewals() -> None:
     assert webhook_lane(leader_ttl=timedelta(seconds=19.5)).leader_ttl == timedelta(seconds=19.5)
     with pytest.raises(ConfigurationError, match=r"leader_ttl 19s is too short for per_row 13s"):
         webhook_lane(leader_ttl=timedelta(seconds=19))
+
+
+async def test_a_lane_reports_its_stale_marks_as_its_own_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The delivery lane logs a refused mark as StaleDeliveryMark (once), e-mail as StaleMark."""
+    from outbox_core.errors import StaleDeliveryMark  # noqa: PLC0415 - the name under test
+
+    clock = FakeClock(T0)
+    store = ClaimLog(clock)
+    store.enqueue(NewMessage(LANE, {"n": 1}))
+
+    async def lose_the_row(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        # A sibling took the row meanwhile (its lease ran out): this claim's mark is stale.
+        clock.advance(WebhookTiming().claim_lease() + timedelta(seconds=1))
+        await store.claim_due(ClaimRequest(LANE, 1, timedelta(seconds=60), ClaimToken("x" * 32)))
+        return Outcome.permanent("receiver rejected the request: 400")
+
+    config = webhook_lane(stale_mark=StaleDeliveryMark)
+    report = await Worker(store, lose_the_row, config, clock=clock, jitter=lambda: 0.5).run_once()
+    assert report.stale_marks == 1
+    stale = [r.getMessage() for r in caplog.records if "stale" in r.getMessage()]
+    assert len(stale) == 1
+    assert stale[0].startswith("stale delivery mark dropped for delivery")
+    with pytest.raises(ConfigurationError, match="stale_mark"):
+        webhook_lane(stale_mark=ValueError)

@@ -28,6 +28,7 @@ from typing import Any, Final, Protocol
 from outbox_adapters.runtime import LaneConfig
 from outbox_adapters.runtime.born import BornRows
 from outbox_core.backoff import WEBHOOK_BACKOFF, ExponentialBackoff
+from outbox_core.errors import StaleDeliveryMark
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import Clock, WebhookSender
@@ -83,6 +84,7 @@ def delivery_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's
         "backoff": WEBHOOK_BACKOFF,
         "scrub": NO_SCRUB,
         "retry_after_cap": RETRY_AFTER_CAP,
+        "stale_mark": StaleDeliveryMark,
     }
     return LaneConfig(**{**stated, **settings})
 

@@ -70,7 +70,12 @@ class BornRows:
         self._slots = asyncio.Semaphore(in_flight)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = asyncio.Event()
-        self.marker = Marker(store, mark_budget=config.mark_budget.total_seconds(), jitter=jitter)
+        self.marker = Marker(
+            store,
+            mark_budget=config.mark_budget.total_seconds(),
+            jitter=jitter,
+            stale=config.stale_mark,
+        )
         self._rows = BatchRunner(
             handler=handler,
             config=_one_row_at_a_time(config),

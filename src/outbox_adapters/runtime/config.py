@@ -14,7 +14,7 @@ import attrs
 from outbox_core._validators import duration, seconds
 from outbox_core.backoff import CLAIM_RETRY, Backoff, RetryPause
 from outbox_core.decide import DEFAULT_RETRY_AFTER_CAP
-from outbox_core.errors import ConfigurationError
+from outbox_core.errors import ConfigurationError, StaleMark
 from outbox_core.messages import check_lane_name
 from outbox_core.scrub import ScrubRules
 from outbox_core.timing import LaneTiming
@@ -88,6 +88,13 @@ def _leader_ttl(inst: LaneConfig, attribute: object, value: timedelta) -> None:
         )
 
 
+def _stale_mark(_inst: object, _attribute: object, value: object) -> None:
+    if not (isinstance(value, type) and issubclass(value, StaleMark)):
+        raise ConfigurationError(
+            f"LaneConfig.stale_mark must be StaleMark or a subclass, got {value!r}"
+        )
+
+
 def _default_leader_ttl(inst: LaneConfig) -> timedelta:
     # attrs makes every default before it runs a validator: check what this default reads first.
     _timing(inst, None, inst.timing)
@@ -130,6 +137,9 @@ class LaneConfig:
     leader_ttl: timedelta = attrs.field(
         default=attrs.Factory(_default_leader_ttl, takes_self=True), validator=_leader_ttl
     )
+
+    #: How a stale mark of this lane is reported (logged once, as this error's message).
+    stale_mark: type[StaleMark] = attrs.field(default=StaleMark, validator=_stale_mark)
 
     @property
     def mark_budget(self) -> timedelta:

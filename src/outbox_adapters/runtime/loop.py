@@ -69,7 +69,12 @@ class Worker:
         self._jitter = jitter
         self._stopping = asyncio.Event()
         self.leadership = Leadership(leader, config, holder=self.holder, clock=self.clock)
-        self.marker = Marker(store, mark_budget=config.mark_budget.total_seconds(), jitter=jitter)
+        self.marker = Marker(
+            store,
+            mark_budget=config.mark_budget.total_seconds(),
+            jitter=jitter,
+            stale=config.stale_mark,
+        )
         self.batch = BatchRunner(
             handler=handler,
             config=config,

@@ -68,9 +68,15 @@ class Marker:
     """Writes marks (one, or a window's in one statement) and releases unstarted rows."""
 
     def __init__(
-        self, store: OutboxStore, *, mark_budget: float, jitter: Callable[[], float]
+        self,
+        store: OutboxStore,
+        *,
+        mark_budget: float,
+        jitter: Callable[[], float],
+        stale: type[StaleMark] = StaleMark,
     ) -> None:
         self.store = store
+        self._stale_error = stale
         self.mark_budget = mark_budget
         self._jitter = jitter
         #: Detached marks and releases still running; the worker waits for them at shutdown.
@@ -84,7 +90,7 @@ class Marker:
             return MarkResult.APPLIED
         result = await self._within_budget(self.store.mark_if_pending, mark)
         if result is MarkResult.STALE:
-            _stale(mark)
+            self._stale(mark)
         return result
 
     async def mark_group(self, marks: Sequence[Mark]) -> Sequence[MarkResult | None]:
@@ -97,8 +103,13 @@ class Marker:
         out = [MarkResult.APPLIED if mark.recorded else next(results) for mark in marks]
         for mark, result in zip(marks, out, strict=True):
             if result is MarkResult.STALE:
-                _stale(mark)
+                self._stale(mark)
         return out
+
+    def _stale(self, mark: Mark) -> None:
+        # Logged once, here (the stores don't), and counted by the caller.
+        error = self._stale_error(mark.row_id, mark.status)
+        _log.warning("%s", error, extra={"outbox_row": mark.row_id})
 
     async def surviving(self, mark: Mark) -> MarkResult | None:
         """:meth:`mark`, run again detached if the caller is cancelled meanwhile."""
@@ -170,8 +181,3 @@ def _what(marks: Mark | Sequence[Mark]) -> str:
 
 def _row_ids(marks: Mark | Sequence[Mark]) -> object:
     return marks.row_id if isinstance(marks, Mark) else [m.row_id for m in marks]
-
-
-def _stale(mark: Mark) -> None:
-    # Logged once, here (the stores don't), and counted by the caller.
-    _log.warning("%s", StaleMark(mark.row_id, mark.status), extra={"outbox_row": mark.row_id})
