@@ -19,6 +19,7 @@ Replies (:class:`Reply`): ``ok()``, ``status(code, body=..., headers=...)``,
 (reads nothing, answers nothing), ``hang_after_headers()`` (status and headers, then silence),
 ``slow_drip(interval=0.5)`` (a 200 whose body comes a byte at a time), ``huge_body(size=50 MB)``
 (a 200 advertising and streaming ``size`` bytes), ``reset()`` (reads the request, then RST).
+``HttpReceiver(..., tls=server_context)`` speaks HTTPS (e.g. a ``trustme`` certificate).
 
 Every request the receiver read is recorded (``requests``), whatever the reply; ``connections``
 counts accepted TCP connections. Well-behaved replies keep the connection alive (HTTP/1.1).
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -107,7 +109,9 @@ class _ThreadedServer:
 
     host = "127.0.0.1"
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
+        #: A server-side SSL context: the receiver then speaks HTTPS.
+        self.tls = tls
         self.port = 0
         self.connections = 0
         self._loop = asyncio.new_event_loop()
@@ -133,14 +137,14 @@ class _ThreadedServer:
             self._tasks.discard(task)
             writer.transport.abort()
 
-    def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:  # noqa: ANN401
+    def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
 
     def start(self) -> Self:
         self._thread.start()
 
         async def serve() -> asyncio.Server:
-            return await asyncio.start_server(self._accepted, self.host, 0)
+            return await asyncio.start_server(self._accepted, self.host, 0, ssl=self.tls)
 
         self._server = self._call(serve())
         self.port = self._server.sockets[0].getsockname()[1]
@@ -180,14 +184,18 @@ class CanaryListener(_ThreadedServer):
 class HttpReceiver(_ThreadedServer):
     """An HTTP/1.1 receiver answering with a script of :class:`Reply` values, then ``then``."""
 
-    def __init__(self, *script: Reply, then: Reply | None = None) -> None:
-        super().__init__()
+    def __init__(
+        self, *script: Reply, then: Reply | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
+        super().__init__(tls=tls)
         self._script = list(script)
         self.then = Reply.ok() if then is None else then
         self.requests: list[ReceivedRequest] = []
 
-    def url(self, path: str = "/hook") -> str:
-        return f"http://{self.host}:{self.port}{path}"
+    def url(self, path: str = "/hook", *, host: str | None = None) -> str:
+        """The receiver's URL (``host``: a name a test resolver maps to 127.0.0.1)."""
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{host or self.host}:{self.port}{path}"
 
     def answer(self, *script: Reply, then: Reply | None = None) -> None:
         """Replace the script (thread-safe enough for tests: takes effect on the next request)."""
