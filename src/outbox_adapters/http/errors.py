@@ -52,6 +52,7 @@ __all__ = [
 _MAX_REASON = 200
 #: The guard's advice, useful to an operator reading an error, too long for a stored reason.
 _HINT_START = " (an internal receiver you trust"
+_FORM_REFUSED = "webhook URL refused:"
 
 
 class ResolutionFailed(Exception):
@@ -144,6 +145,8 @@ def failure_outcome(exc: Exception, progress: Progress, *, now: datetime) -> Out
     """
     if isinstance(exc, BlockedDestination):
         detail = str(exc).partition(_HINT_START)[0]
+        if detail.startswith(_FORM_REFUSED):  # the URL itself, not where it leads
+            return Outcome.permanent(_reason(detail))
         return Outcome.permanent(_reason(f"destination address not allowed: {detail}"))
     if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol | httpx.InvalidURL):
         return Outcome.permanent(
