@@ -9,6 +9,7 @@ against plain Python conventions still catches them::
     ├── InvalidMessage (ValueError)       a message refused at enqueue (or found undeliverable at send)
     │   ├── InvalidPayload                 not a JSON object, too large, a required field missing
     │   ├── InvalidRecipient               not a safe addr-spec (control characters, bad syntax, ...)
+    │   ├── BlockedDestination             a webhook URL or address the destination guard refuses
     │   └── UnsafeHeader                   a header value that could inject a header or a line
     ├── IllegalTransition                 a move the delivery state machine does not allow
     ├── RequeueRefused                    a requeue that would resend a sent message or lose data
@@ -22,6 +23,7 @@ Messages are sentences that name the offending value and the state it was in.
 from __future__ import annotations
 
 __all__ = [
+    "BlockedDestination",
     "ConfigurationError",
     "IllegalTransition",
     "InvalidMessage",
@@ -55,6 +57,14 @@ class InvalidPayload(InvalidMessage):
 
 class InvalidRecipient(InvalidMessage):
     """An address that is not a plain, safe addr-spec."""
+
+
+class BlockedDestination(InvalidMessage):
+    """A webhook URL, host or resolved address the outbound destination guard refuses.
+
+    The message names the reason and the host (never the URL's path or query: a webhook URL may
+    carry a token in either).
+    """
 
 
 class UnsafeHeader(InvalidMessage):

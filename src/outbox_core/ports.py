@@ -13,7 +13,7 @@ port                   satisfied by (``outbox_adapters``)
 :class:`OutboxStore`   ``memory.MemoryStore``, ``postgres.PostgresStore``
 :class:`OperatorStore` ``memory.MemoryStore``, ``postgres.PostgresStore`` (the ``outbox`` CLI)
 :class:`Mailer`        ``smtp.SmtpMailer``, ``memory.RecordingMailer``
-:class:`WebhookSender` ``webhooks.HttpxWebhookSender``
+:class:`WebhookSender` ``http.HttpxWebhookSender``
 :class:`Publisher`     ``nats.JetStreamPublisher``, ``kafka.KafkaPublisher``
 :class:`Consumer`      ``nats.JetStreamConsumer``, ``kafka.KafkaConsumer``
 :class:`Clock`         ``clock.SystemClock``, ``clock.FakeClock``

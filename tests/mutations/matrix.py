@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from outbox_adapters.http import guard as http_guard
 from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.tables import outbox_message
@@ -253,6 +254,33 @@ MUTANTS += (
         "drop the payload patch from MARK",
         f"{STEPS}::test_a_4xx_refused_recipient_is_retried_and_the_accepted_one_is_not_sent_again",
         _replace("MARK", " || %(patch)s::jsonb", ""),
+    ),
+)
+
+# --- webhooks: the HTTP sender's destination guard (ADR 0016) ----------------------------------
+
+HOSTILE_URLS = "tests/security/test_hostile_urls.py"
+
+
+async def _unchecked_connect_addresses(
+    self: http_guard.DestinationGuard, host: str, port: int
+) -> tuple[Any, ...]:
+    """The mutant of DestinationGuard.connect_addresses: resolve, but judge nothing (the guard
+    bypassed at connect time; registration-time checks pass for a name that rebinds later)."""
+    literal = http_guard._literal(host)
+    if literal is not None:
+        return (literal,)
+    answers = await self._resolver(host, port)
+    return tuple(http_guard._address(str(answer)) for answer in answers)
+
+
+MUTANTS += (
+    Mutant(
+        "guard-bypassed-at-connect",
+        "destination guard at connect time (resolved addresses checked, connection pinned)",
+        "connect_addresses resolves but checks nothing",
+        f"{HOSTILE_URLS}::test_dns_rebinding_between_registration_and_connect_reaches_nothing",
+        (http_guard.DestinationGuard, "connect_addresses", _unchecked_connect_addresses),
     ),
 )
 

@@ -1,0 +1,245 @@
+"""The webhook sender (catalogue A4): :class:`HttpxWebhookSender`, one keep-alive client per sender."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import unicodedata
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, Final, Self
+
+import attrs
+import httpcore
+import httpx
+
+from outbox_adapters.clock import SystemClock
+from outbox_adapters.http.errors import (
+    ResponseTooLarge,
+    end_attempt,
+    failure_outcome,
+    start_attempt,
+)
+from outbox_adapters.http.guard import DestinationGuard
+from outbox_core.classify import HttpAttempt, classify_http
+from outbox_core.errors import ConfigurationError
+from outbox_core.outcomes import Outcome
+from outbox_core.ports import Clock
+from outbox_core.signing import HEADER_SIGNATURE
+
+__all__ = ["HttpTimeouts", "HttpxWebhookSender", "PinnedTransport", "response_snippet"]
+
+#: The longest response snippet kept with a delivery (characters).
+SNIPPET_CHARS: Final = 512
+REDACTED: Final = "[redacted]"
+_UNSAFE_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _positive(_inst: object, attribute: Any, value: float) -> None:  # noqa: ANN401
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(
+            f"HTTP timeout {attribute.name} must be positive seconds: {value!r}"
+        )
+
+
+@attrs.frozen
+class HttpTimeouts:
+    """httpx's per-operation timeouts (seconds). The attempt's ``budget`` bounds them all, and
+    the whole attempt (a slow drip resets a read timeout at every byte, so it is not enough)."""
+
+    connect: float = attrs.field(default=5.0, validator=_positive)
+    read: float = attrs.field(default=8.0, validator=_positive)
+    write: float = attrs.field(default=8.0, validator=_positive)
+    pool: float = attrs.field(default=5.0, validator=_positive)
+
+    def within(self, budget: float) -> httpx.Timeout:
+        return httpx.Timeout(
+            connect=min(self.connect, budget),
+            read=min(self.read, budget),
+            write=min(self.write, budget),
+            pool=min(self.pool, budget),
+        )
+
+
+class PinnedTransport(httpx.AsyncHTTPTransport):
+    """httpx's HTTP transport whose connection pool connects only through the guard.
+
+    httpx does not take an httpcore network backend as an argument, so the pool it builds is
+    replaced by one built the same way with :class:`~outbox_adapters.http.guard.PinnedBackend`.
+    Every connection the pool ever opens (keep-alive ones included) goes through that backend.
+    """
+
+    def __init__(
+        self, guard: DestinationGuard, *, ssl_context: ssl.SSLContext, limits: httpx.Limits
+    ) -> None:
+        super().__init__(verify=ssl_context, trust_env=False, limits=limits, retries=0)
+        self.backend = guard.network_backend()
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=self.backend,
+        )
+
+
+def response_snippet(body: bytes, request_headers: Mapping[str, str]) -> str | None:
+    """At most 512 characters of ``body``: decoded leniently, control characters removed, and
+    every value of the request's ``webhook-signature`` header (and each signature in it)
+    replaced by ``[redacted]``. None for an empty body."""
+    if not body:
+        return None
+    text = "".join(
+        char
+        for char in body.decode("utf-8", errors="replace")
+        if unicodedata.category(char) not in _UNSAFE_CATEGORIES or char == " "
+    )
+    secrets: set[str] = set()
+    for name, value in request_headers.items():
+        if name.lower() == HEADER_SIGNATURE and value:
+            secrets.add(value)
+            for entry in value.split():
+                secrets.add(entry)
+                secrets.add(entry.partition(",")[2])
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text[:SNIPPET_CHARS]
+
+
+class HttpxWebhookSender:
+    """:class:`outbox_core.ports.WebhookSender` on httpx, through a :class:`DestinationGuard`.
+
+    One ``httpx.AsyncClient`` per sender (keep-alive pool; a sender moved to another event loop
+    starts a fresh client there): ``trust_env=False`` (no proxy or netrc from the environment),
+    redirects never followed, explicit timeouts AND an absolute deadline of ``budget`` around
+    the whole attempt (connect, request and the capped read of the response). Never raises for a
+    delivery problem. Call :meth:`aclose` (or use ``async with``) when done.
+    """
+
+    def __init__(  # noqa: PLR0913 - keyword-only settings
+        self,
+        guard: DestinationGuard,
+        *,
+        response_cap: int = 64 * 1024,
+        timeouts: HttpTimeouts | None = None,
+        clock: Clock | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        max_connections: int = 100,
+        user_agent: str = "leased-outbox-webhooks",
+    ) -> None:
+        if not isinstance(guard, DestinationGuard):
+            raise ConfigurationError(
+                f"HttpxWebhookSender needs a DestinationGuard, got {type(guard).__name__}"
+            )
+        if isinstance(response_cap, bool) or not isinstance(response_cap, int) or response_cap < 1:
+            raise ConfigurationError(
+                f"response_cap must be a positive byte count: {response_cap!r}"
+            )
+        if (
+            isinstance(max_connections, bool)
+            or not isinstance(max_connections, int)
+            or max_connections < 1
+        ):
+            raise ConfigurationError(
+                f"max_connections must be a positive count: {max_connections!r}"
+            )
+        self.guard = guard
+        self.response_cap = response_cap
+        self.timeouts = HttpTimeouts() if timeouts is None else timeouts
+        self._clock: Clock = SystemClock() if clock is None else clock
+        self._ssl_context = ssl.create_default_context() if ssl_context is None else ssl_context
+        self._limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        self._user_agent = user_agent
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The transport of the current client (tests look at its backend's connection count).
+        self.transport: PinnedTransport | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
+    def _client_for(self, loop: asyncio.AbstractEventLoop) -> httpx.AsyncClient:
+        if self._client is not None and self._loop is loop:
+            return self._client
+        # A client of another (finished) loop: its connections belong to that loop. Drop it.
+        self.transport = PinnedTransport(
+            self.guard, ssl_context=self._ssl_context, limits=self._limits
+        )
+        self._client = httpx.AsyncClient(
+            transport=self.transport,
+            trust_env=False,
+            follow_redirects=False,
+            headers={"user-agent": self._user_agent, "accept-encoding": "identity"},
+        )
+        self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._loop is asyncio.get_running_loop():
+            await client.aclose()
+
+    async def send(
+        self, url: str, *, headers: Mapping[str, str], body: bytes, budget: timedelta
+    ) -> Outcome:
+        progress, token = start_attempt()
+        status: int | None = None
+        snippet: str | None = None
+        try:
+            self.guard.check_url(url)
+            seconds = max(budget.total_seconds(), 0.0)
+            client = self._client_for(asyncio.get_running_loop())
+            async with asyncio.timeout(seconds):
+                status, retry_after, raw = await self._exchange(
+                    client, url, headers, body, self.timeouts.within(seconds)
+                )
+            snippet = response_snippet(raw, headers)
+            attempt = HttpAttempt.response(status, retry_after=retry_after)
+            outcome = classify_http(attempt, now=self._clock.now())
+        except Exception as exc:
+            mapped = failure_outcome(exc, progress, now=self._clock.now())
+            if mapped is None:
+                raise  # not a delivery problem: a bug, let it be seen
+            outcome = mapped
+            status = exc.status if isinstance(exc, ResponseTooLarge) else None
+        finally:
+            end_attempt(token)
+        return outcome.with_progress({"last_status": status, "response": snippet})
+
+    async def _exchange(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        limits: httpx.Timeout,
+    ) -> tuple[int, str | None, bytes]:
+        request = client.build_request(
+            "POST",
+            url,
+            content=body,
+            headers={"content-type": "application/json", **headers},
+            timeout=limits,
+        )
+        response = await client.send(request, stream=True)
+        try:
+            status = response.status_code
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.response_cap:
+                raise ResponseTooLarge(status, self.response_cap)
+            raw = bytearray()
+            async for chunk in response.aiter_raw():
+                raw += chunk
+                if len(raw) > self.response_cap:
+                    raise ResponseTooLarge(status, self.response_cap)
+            return status, response.headers.get("retry-after"), bytes(raw)
+        finally:
+            await response.aclose()
