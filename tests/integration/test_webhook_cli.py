@@ -48,13 +48,14 @@ def steps(dsn: str, work: Callable[[Webhooks], Awaitable[Any]]) -> Any:
     return asyncio.run(go())
 
 
-def add(dsn: str, *extra: str) -> dict:
+def add(dsn: str, *extra: str) -> dict[str, Any]:
     result = outbox(
         "endpoints", "add", "--database-url", dsn, "--url", "http://127.0.0.1:9/hook",
         "--event-type", "invoice.paid", "--event-type", "invoice.void", *LOCAL, "--json", *extra,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    made: dict[str, Any] = json.loads(result.stdout)
+    return made
 
 
 def test_endpoints_add_prints_the_id_and_a_whsec_secret_and_list_shows_it_without(dsn):

@@ -174,7 +174,7 @@ async def test_endpoints_are_added_listed_disabled_and_enabled_with_what_they_mi
         ("https://x.example", ["t"], None, "not-an-address", InvalidMessage),
     ],
 )
-async def test_add_endpoint_refuses_bad_input_and_writes_nothing(
+async def test_add_endpoint_refuses_bad_input_and_writes_nothing(  # noqa: PLR0917
     wh, url, types, secret, owner, error
 ):
     with pytest.raises(error):

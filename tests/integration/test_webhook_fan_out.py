@@ -29,7 +29,7 @@ from outbox_adapters.postgres.webhooks import (
 from outbox_adapters.postgres.webhooks import statements as webhook_statements
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError, InvalidMessage
-from outbox_core.messages import Mark
+from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.ports import ClaimRequest, MarkResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
@@ -244,7 +244,7 @@ async def test_a_legacy_delivery_with_a_null_due_time_is_still_claimed(wh):
 # --- delivery marks -------------------------------------------------------------------------------
 
 
-async def after_birth(wh: Webhooks) -> tuple:
+async def after_birth(wh: Webhooks) -> tuple[ClaimedRow, ClaimedRow]:
     """A fanned-out delivery whose birth lease ran out, reclaimed by the retry worker."""
     await wh.endpoint("invoice.paid")
     fan = await wh.drained()
@@ -310,9 +310,11 @@ async def test_a_store_whose_table_has_no_endpoint_refuses_a_disable_mark_and_wr
 ):
     store = PostgresStore(wh.pool, table=outbox_message)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        (row_id,) = conn.execute(
+        inserted = conn.execute(
             "INSERT INTO outbox_message (lane, payload) VALUES ('refuse', '{}') RETURNING id"
         ).fetchone()
+    assert inserted is not None
+    row_id = inserted[0]
     (row,) = await store.claim_due(ClaimRequest(lane="refuse", limit=1, lease=BIRTH, token=token()))
     write = store.mark_if_pending if via == "mark_if_pending" else store.mark_many
     with pytest.raises(ConfigurationError, match="no endpoint_id column"):
@@ -336,6 +338,7 @@ async def test_the_marks_patch_the_status_code_and_snippet_into_the_payload_and_
     assert (group.last_status, group.response) == (500, "upstream exploded")
     assert report.by_status == {Status.FAILED: 1}
     assert (await wh.repo.deliveries(status="pending")).groups == ()
+    assert not isinstance(born.payload, str)
     assert born.payload == {
         "event_id": born.payload["event_id"],
         "endpoint_id": group.endpoint_ids[0],

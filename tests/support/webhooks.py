@@ -76,7 +76,8 @@ class Webhooks:
 
     async def rows(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         async with self.pool.connection() as conn:
-            return await (await conn.execute(query, params)).fetchall()
+            found: list[tuple[Any, ...]] = await (await conn.execute(query, params)).fetchall()
+        return found
 
 
 @asynccontextmanager

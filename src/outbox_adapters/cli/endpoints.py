@@ -108,7 +108,7 @@ def _check_url(url: str, allow: Sequence[str], *, allow_http: bool) -> None:
     except (OSError, ValueError) as exc:
         raise setting_error(option_name, env, f"cannot resolve {host!r}: {exc}") from None
     for text in sorted(found):
-        address = ipaddress.ip_address(text.split("%", 1)[0])
+        address = ipaddress.ip_address(str(text).split("%", 1)[0])
         if not address.is_global and not any(address in net for net in networks):
             raise setting_error(
                 option_name,
