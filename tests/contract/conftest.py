@@ -20,9 +20,10 @@ A store harness offers:
 - ``store_unavailable()``: a store of the same kind that can't reach its data (memory:
   ``available = False``; PostgreSQL: a pool pointed at a closed port), for the outage contract.
 
-PostgreSQL runs twice: on the e-mail outbox table (``postgres``) and on a second queue table built
-by ``queue_table()`` with a column of its own (``other-table``), which proves the store's SQL is one
-template for every queue table. It gets the schema once per session (in the session's own database,
+PostgreSQL runs three times: on the e-mail outbox table (``postgres``), on a second queue table
+built by ``queue_table()`` with a column of its own (``other-table``), which proves the store's SQL
+is one template for every queue table, and on the webhook deliveries table (``deliveries``: its
+legacy NULL-due claim branch, its endpoint column), where the generic behaviour must hold as well. It gets the schema once per session (in the session's own database,
 from the ``postgres_dsn`` fixture) and empty tables before each test.
 """
 
@@ -48,6 +49,7 @@ from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.leader import PostgresLeaderLease
 from outbox_adapters.postgres.store import PostgresStore
 from outbox_adapters.postgres.tables import metadata, outbox_message, queue_table
+from outbox_adapters.postgres.webhooks import outbox_webhook_delivery
 from outbox_core.messages import NewMessage
 from outbox_core.ports import EnqueueResult
 
@@ -61,6 +63,7 @@ BACKENDS = [
     "memory",
     pytest.param("postgres", marks=pytest.mark.integration),
     pytest.param("other-table", marks=pytest.mark.integration),
+    pytest.param("deliveries", marks=pytest.mark.integration),
 ]
 
 #: A second queue table, as the webhook deliveries or event outbox tables will be: the queue
@@ -94,10 +97,11 @@ def backend(request: pytest.FixtureRequest) -> tuple[str, Table] | None:
     dsn: str = request.getfixturevalue("contract_dsn")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE outbox_message, contract_deliveries, outbox_requeue_audit,"
-            " outbox_stale_marks, outbox_leader RESTART IDENTITY"
+            "TRUNCATE outbox_message, contract_deliveries, outbox_webhook_delivery,"
+            " outbox_requeue_audit, outbox_stale_marks, outbox_leader RESTART IDENTITY"
         )
-    return dsn, OTHER_TABLE if request.param == "other-table" else outbox_message
+    tables = {"other-table": OTHER_TABLE, "deliveries": outbox_webhook_delivery}
+    return dsn, tables.get(request.param, outbox_message)
 
 
 class MemoryHarness:
@@ -137,7 +141,10 @@ class PostgresHarness:
     def __init__(self, pool: AsyncConnectionPool[Any], now: datetime, table: Table) -> None:
         self.pool = pool
         self.table = table
-        self.name = "postgres" if table is outbox_message else "other-table"
+        self.name = {
+            OTHER_TABLE.name: "other-table",
+            outbox_webhook_delivery.name: "deliveries",
+        }.get(table.name, "postgres")
         self.store = PostgresStore(pool, table=table)
         self.now = now
         #: Pools of store_unavailable(), closed after the test.

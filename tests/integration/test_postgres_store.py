@@ -465,6 +465,11 @@ def test_the_ddl_is_idempotent_and_verify_names_what_is_missing(postgres_dsn: st
             "table outbox_message is missing",
             "table outbox_requeue_audit is missing",
             "table outbox_stale_marks is missing",
+            "table outbox_webhook is missing",
+            "table outbox_webhook_endpoint is missing",
+            "table outbox_webhook_event is missing",
+            "table outbox_webhook_delivery is missing",
+            "table outbox_webhook_secret is missing",
         ]
         sql = schema.ddl_sql()
         assert sql.count("IF NOT EXISTS") == len(schema.ddl_statements())

@@ -292,3 +292,75 @@ def apply(name: str, setattr_: Callable[[object, str, object], None] = setattr) 
     target, attribute, value = mutant.patch
     setattr_(target, attribute, value)
     return mutant
+
+
+# --- webhooks: the PostgreSQL model (ADR 0017) ----------------------------------------------------
+# The fan-out's transaction, the birth lease of the deliveries it makes, and the fenced mark on the
+# deliveries table (the generic MARK template, which the deliveries' store renders too).
+
+from outbox_adapters.postgres.webhooks import FanOut as _FanOut  # noqa: E402
+from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository  # noqa: E402
+from outbox_adapters.postgres.webhooks import event_of as _event_of  # noqa: E402
+from outbox_adapters.postgres.webhooks import statements as _webhook_statements  # noqa: E402
+
+WEBHOOK_FAN_OUT = "tests/integration/test_webhook_fan_out.py"
+
+
+def _webhook_replace(name: str, old: str, new: str) -> tuple[object, str, object]:
+    original: str = getattr(_webhook_statements, name)
+    if old not in original:
+        msg = f"mutant for webhooks.statements.{name} is stale: {old!r} is not in the statement"
+        raise LookupError(msg)
+    return (_webhook_statements, name, original.replace(old, new))
+
+
+async def _fan_out_in_two_transactions(
+    self: _WebhookRepository, row: Any, *, birth_lease: Any, birth_token: Any
+) -> _FanOut:
+    """The mutant of WebhookRepository.fan_out: the event commits in a transaction of its own,
+    then the deliveries and the outbox mark in a second one (the dual write ADR 0017 removed)."""
+    event_type, data = _event_of(row)
+    async with self._pool.connection() as conn:
+        async with conn.transaction():
+            event_id, msg_id = await self._insert_event(conn, row, event_type, data)
+        async with conn.transaction():
+            if not await self._mark_drained(conn, row):
+                return _FanOut(marked=False)
+            deliveries = await self._born_deliveries(
+                conn, event_id=event_id, event_type=event_type, endpoint_id=None,
+                birth_lease=birth_lease, birth_token=birth_token,
+            )  # fmt: skip
+    return _FanOut(marked=True, event_id=event_id, msg_id=msg_id, deliveries=deliveries)
+
+
+MUTANTS += (
+    Mutant(
+        "webhook-born-lease-null",
+        "born-leased delivery rows",
+        "create them with a NULL due time (the legacy claim branch takes them at once)",
+        f"{WEBHOOK_FAN_OUT}::test_the_retry_claim_cannot_take_a_delivery_inside_its_birth_lease_and_takes_it_after",
+        _webhook_replace("BORN_DELIVERIES", "now() + %(birth_lease)s::interval,", "NULL,"),
+    ),
+    Mutant(
+        "webhook-born-lease-now",
+        "born-leased delivery rows",
+        "create them due now (no birth lease)",
+        f"{WEBHOOK_FAN_OUT}::test_the_retry_claim_cannot_take_a_delivery_inside_its_birth_lease_and_takes_it_after",
+        _webhook_replace("BORN_DELIVERIES", "now() + %(birth_lease)s::interval,", "now(),"),
+    ),
+    Mutant(
+        "webhook-fan-out-two-transactions",
+        "atomic fan-out",
+        "split it into two transactions (the event commits first)",
+        f"{WEBHOOK_FAN_OUT}::test_a_failure_between_the_fan_out_statements_leaves_nothing_and_a_re_drain_makes_one_event",
+        (_WebhookRepository, "fan_out", _fan_out_in_two_transactions),
+    ),
+    Mutant(
+        "webhook-delivery-mark-no-token-fence",
+        "claim-token fence on delivery marks",
+        "drop AND claim_token = :token (MARK, as the deliveries' store renders it)",
+        f"{WEBHOOK_FAN_OUT}::test_the_first_attempt_s_late_mark_after_the_retry_worker_reclaimed_the_delivery_is_stale[mark_if_pending]",
+        _replace("MARK", "  AND claim_token = %(token)s\n", ""),
+    ),
+)
+BY_NAME.update({mutant.name: mutant for mutant in MUTANTS})  # the block above is after BY_NAME

@@ -8,8 +8,9 @@ printed: no database URL, no SMTP password (``SmtpSettings.describe()``), no pay
 
 One module per command family, each a plain click command or group that this module adds to
 :func:`main`: :mod:`.schema`, :mod:`.enqueue`, :mod:`.worker`, :mod:`.operator` (get, failed,
-requeue, stats), :mod:`.keys` and :mod:`.demo` (the command only; the demo lives in
-:mod:`outbox_adapters.demo`). What they share (options, errors and exit codes, the database
+requeue, stats), :mod:`.keys`, :mod:`.demo` (the command only; the demo lives in
+:mod:`outbox_adapters.demo`), :mod:`.endpoints` (webhook endpoints) and :mod:`.webhooks`
+(``enqueue webhook``, ``deliveries``, ``replay``). What they share (options, errors and exit codes, the database
 helpers) is in :mod:`.options`.
 """
 
@@ -20,6 +21,7 @@ import logging
 import click
 
 from outbox_adapters.cli.demo import demo_command
+from outbox_adapters.cli.endpoints import endpoints_group
 from outbox_adapters.cli.enqueue import enqueue_group
 from outbox_adapters.cli.keys import keys_group
 from outbox_adapters.cli.operator import (
@@ -30,6 +32,7 @@ from outbox_adapters.cli.operator import (
 )
 from outbox_adapters.cli.options import option
 from outbox_adapters.cli.schema import schema_group
+from outbox_adapters.cli.webhooks import deliveries_command, enqueue_webhook_command, replay_command
 from outbox_adapters.cli.worker import worker_command
 
 __all__ = ["main"]
@@ -63,5 +66,9 @@ for _command in (
     stats_command,
     keys_group,
     demo_command,
+    endpoints_group,
+    deliveries_command,
+    replay_command,
 ):
     main.add_command(_command)
+enqueue_group.add_command(enqueue_webhook_command)

@@ -70,7 +70,7 @@ from outbox_adapters.store_rules import (
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.decide import event_for
 from outbox_core.delivery import Event, Status, check_requeue
-from outbox_core.errors import RequeueRefused
+from outbox_core.errors import ConfigurationError, RequeueRefused
 from outbox_core.lease import fence_admits, lease_expires_at
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId, check_lane_name
 from outbox_core.operator import (
@@ -225,6 +225,7 @@ class MemoryStore(MemoryOperatorReads):
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
         await asyncio.sleep(0)
         self._check_available("mark_if_pending")
+        _refuse_disable([mark])
         with self._lock:
             return self._apply(mark)
 
@@ -232,6 +233,7 @@ class MemoryStore(MemoryOperatorReads):
         await asyncio.sleep(0)
         self._check_available("mark_many")
         check_distinct_rows(marks)
+        _refuse_disable(marks)
         with self._lock:  # one step for the lot, as one statement is on PostgreSQL
             return [self._apply(mark) for mark in marks]
 
@@ -330,3 +332,13 @@ class MemoryStore(MemoryOperatorReads):
         row.last_error = None
         row.resolved_at = None
         row.updated_at = now
+
+
+def _refuse_disable(marks: Sequence[Mark]) -> None:
+    """This store has no webhook endpoints: a mark asking to disable one is refused, as
+    PostgreSQL refuses it on a queue table without ``endpoint_id``, before anything is written."""
+    if any(mark.disable_endpoint for mark in marks):
+        raise ConfigurationError(
+            "a mark asks to disable its webhook endpoint (HTTP 410), but the memory store has no"
+            " webhook endpoints; only the webhook deliveries table on PostgreSQL takes such a mark"
+        )

@@ -1,11 +1,12 @@
 """PostgreSQL adapters: tables (``queue_table()`` builds any queue-shaped table), the store (one per
 queue table), enqueue on the host's transaction, the leader lease, the LISTEN/NOTIFY wake-up
-listener, and the one mapping of psycopg's outage errors to ``StoreUnavailable``.
+listener, the webhook model (:mod:`.webhooks`, whose tables join the shared metadata on import),
+and the one mapping of psycopg's outage errors to ``StoreUnavailable``.
 
 Needs the ``postgres`` extra (psycopg 3 + psycopg_pool, SQLAlchemy Core).
 """
 
-from outbox_adapters.postgres import schema, statements
+from outbox_adapters.postgres import schema, statements, webhooks
 from outbox_adapters.postgres.enqueue import (
     MAX_PAYLOAD_BYTES,
     TransactionRequired,
@@ -43,4 +44,5 @@ __all__ = [
     "queue_table",
     "schema",
     "statements",
+    "webhooks",
 ]

@@ -30,6 +30,7 @@ from outbox_adapters.postgres.tables import check_queue_table
 __all__ = [
     "CLAIM",
     "COUNTS",
+    "DISABLE_ENDPOINTS",
     "ENQUEUE",
     "ENQUEUE_EXISTING",
     "FAILED_BY_ERROR",
@@ -46,6 +47,7 @@ __all__ = [
     "REWRITE_PAYLOADS",
     "STALE_COUNTS",
     "WAKEUP_CHANNEL",
+    "legacy_null_due",
     "render",
 ]
 
@@ -142,6 +144,32 @@ SELECT id, lane, payload, attempts, claim_token, lease_expires_at, created_at
 FROM claimed
 ORDER BY due_at, id
 """
+
+#: The lines of ``CLAIM`` that :func:`legacy_null_due` widens (each must be in the template as is).
+_DUE_TEST = "      AND next_attempt_at <= coalesce(%(now)s::timestamptz, now())\n"
+_DUE_ORDER = "    ORDER BY next_attempt_at, id\n"
+
+
+@functools.lru_cache(maxsize=16)
+def legacy_null_due(claim: str) -> str:
+    """``claim`` (the ``CLAIM`` template as the store reads it, mutants included) for a table
+    built with ``queue_table(..., legacy_null_due=True)``: a pending row whose due time is NULL is
+    due too, and such rows come first.
+
+    Legacy rollout (ADR 0017): webhook deliveries written before every delivery was born leased
+    could carry a NULL due time, and such a row must still be delivered. The branch stays, with its
+    regression test, until no such row can exist; other tables never get it. Derived here, at
+    render time, from the one ``CLAIM`` template, so a mutant of ``CLAIM`` reaches this table too.
+    """
+    if _DUE_TEST not in claim or _DUE_ORDER not in claim:
+        msg = "the CLAIM template lost its due-time line or its ORDER BY; legacy_null_due can't widen it"
+        raise LookupError(msg)
+    return claim.replace(
+        _DUE_TEST,
+        "      AND (next_attempt_at <= coalesce(%(now)s::timestamptz, now())"
+        "\n           OR next_attempt_at IS NULL)\n",
+    ).replace(_DUE_ORDER, "    ORDER BY next_attempt_at NULLS FIRST, id\n")
+
 
 #: The fenced compare-and-set mark (ADR 0004, catalogue C10), one statement = one commit.
 #: Applied only while the row is still pending (status guard) under this claim's token (fence);
@@ -241,6 +269,23 @@ stale AS (
     SET stale_marks = s.stale_marks + EXCLUDED.stale_marks, last_stale_at = now()
 )
 SELECT id FROM marked
+"""
+
+#: What a failed mark with ``Mark.disable_endpoint`` (HTTP 410 Gone) adds, in the MARK's own
+#: transaction and only for the rows whose mark applied: the endpoint each row delivers to is
+#: disabled, with the mark's reason. Only a queue table with an ``endpoint_id`` column takes it
+#: (the webhook deliveries); an endpoint already disabled keeps its first reason and time.
+DISABLE_ENDPOINTS = """
+UPDATE outbox_webhook_endpoint AS e
+SET enabled = false,
+    disabled_reason = v.reason,
+    disabled_at = now(),
+    updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS v(id, reason)
+JOIN {queue} AS d ON d.id = v.id
+WHERE e.id = d.endpoint_id
+  AND e.enabled
+RETURNING e.id
 """
 
 #: Give back a claimed row that was never started (graceful shutdown): due now, the claim's

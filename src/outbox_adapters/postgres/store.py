@@ -23,6 +23,14 @@ transaction open across a send.
   the same statement and reported as ``MarkResult.STALE``, never applied. The store does not log
   it: the worker that made the mark does, once. A retry's due time is ``now() + delay`` in
   database time, like the lease.
+- A failed mark with ``Mark.disable_endpoint`` (a webhook receiver answered 410 Gone) runs the same
+  ``MARK`` and, only when it applied, ``DISABLE_ENDPOINTS`` for its row, both in ONE transaction:
+  the endpoint is disabled with the delivery's failure or not at all. Only a table with an
+  ``endpoint_id`` column takes such a mark; any other store refuses it with
+  :class:`~outbox_core.errors.ConfigurationError` before writing anything. A plain mark stays one
+  statement.
+- On a table built with ``queue_table(..., legacy_null_due=True)`` the claim also takes pending
+  rows whose due time is NULL (:func:`.statements.legacy_null_due`, derived from ``CLAIM``).
 - ``requeue_failed`` runs in one transaction: lock the candidates, let
   :func:`outbox_core.delivery.check_requeue` judge each, requeue the accepted ones with an audit row.
 - ``rewrite_payloads`` (``outbox keys rotate``) walks the unsent rows in batches, one transaction
@@ -45,14 +53,26 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
+from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table
 
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.errors import mapped_outages
+from outbox_adapters.postgres.marks import (
+    check_disable,
+    disable_params,
+    mark_many_params,
+    mark_params,
+    scrub_groups,
+)
 from outbox_adapters.postgres.runner import StatementRunner, all_rows, rows_returned
-from outbox_adapters.postgres.tables import check_queue_table, outbox_message
+from outbox_adapters.postgres.tables import (
+    check_queue_table,
+    has_legacy_null_due,
+    outbox_message,
+)
 from outbox_adapters.store_rules import (
     NO_SUCH_ROW,
     check_batch_size,
@@ -198,7 +218,10 @@ class PostgresStore:
             "token": request.token.value,
             "now": request.now,
         }
-        records = await self._runner.run(self._sql(statements.CLAIM), params, all_rows)
+        claim = statements.CLAIM
+        if has_legacy_null_due(self._table):
+            claim = statements.legacy_null_due(claim)
+        records = await self._runner.run(self._sql(claim), params, all_rows)
         token = request.token
         # Columns in CLAIM's order: id, lane, payload, attempts, claim_token, lease_expires_at,
         # created_at. The token is the one just written (the statement sets it).
@@ -208,43 +231,48 @@ class PostgresStore:
 
     @mapped_outages
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
-        params = {
-            "id": coerce_row_id(mark.row_id),
-            "token": mark.token.value,
-            "status": mark.status.value,
-            "reason": mark.reason,
-            "retry_delay": mark.retry_delay,
-            "scrub_keys": sorted(mark.scrub_keys),
-            "patch": _patch_json(mark),
-            "now": None,
-        }
-        matched = await self._runner.run(self._sql(statements.MARK), params, rows_returned)
-        return count_mark(self.stats, applied=bool(matched))
+        params = mark_params(mark)
+        if not mark.disable_endpoint:  # the hot path: one statement, one round trip
+            matched = await self._runner.run(self._sql(statements.MARK), params, rows_returned)
+            return count_mark(self.stats, applied=bool(matched))
+        check_disable(self._table, [mark])
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(self._sql(statements.MARK), params)
+            applied = bool(await cur.fetchall())
+            if applied:
+                await self._disable_endpoints(conn, [mark])
+        return count_mark(self.stats, applied=applied)
+
+    async def _disable_endpoints(self, conn: AsyncConnection[Any], marks: Sequence[Mark]) -> None:
+        """In the caller's transaction: disable the endpoints of ``marks`` (all applied)."""
+        params = disable_params(marks)
+        if params is not None:
+            await conn.execute(self._sql(statements.DISABLE_ENDPOINTS), params)
 
     @mapped_outages
     async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:
         """Apply several marks in one statement and one commit; each row is fenced on its own.
 
         The results are in the order of ``marks``. Marks whose scrub keys differ go in separate
-        statements (a worker's marks all share its lane's keys, so that is one statement).
+        statements (a worker's marks all share its lane's keys, so that is one statement). A
+        group with a mark that disables its endpoint runs in a transaction with the disable.
         """
         ids = check_distinct_rows(marks)
+        check_disable(self._table, marks)
         applied: set[int] = set()
-        for group in _scrub_groups(marks):
-            keys = next((sorted(m.scrub_keys) for m in group if m.scrub_keys), [])
-            params = {
-                "ids": [coerce_row_id(m.row_id) for m in group],
-                "tokens": [m.token.value for m in group],
-                "statuses": [m.status.value for m in group],
-                "reasons": [m.reason for m in group],
-                "retry_delays": [m.retry_delay for m in group],
-                "scrubs": [bool(m.scrub_keys) for m in group],
-                "patches": [_patch_json(m) for m in group],
-                "scrub_keys": keys,
-                "now": None,
-            }
-            records = await self._runner.run(self._sql(statements.MARK_MANY), params, all_rows)
-            applied.update(r[0] for r in records)
+        for group in scrub_groups(marks):
+            params = mark_many_params(group)
+            if not any(m.disable_endpoint for m in group):
+                records = await self._runner.run(self._sql(statements.MARK_MANY), params, all_rows)
+                applied.update(r[0] for r in records)
+                continue
+            async with self._pool.connection() as conn, conn.transaction():
+                cur = await conn.execute(self._sql(statements.MARK_MANY), params)
+                done = {r[0] for r in await cur.fetchall()}
+                await self._disable_endpoints(
+                    conn, [m for m in group if coerce_row_id(m.row_id) in done]
+                )
+            applied.update(done)
         return [count_mark(self.stats, applied=row_id in applied) for row_id in ids]
 
     @mapped_outages
@@ -399,24 +427,3 @@ class PostgresStore:
             lane: LaneStats(rows=counts.get(lane, {}), stale_marks=stale.get(lane, 0))
             for lane in sorted(counts.keys() | stale.keys())
         }
-
-
-def _patch_json(mark: Mark) -> str:
-    """The mark's payload patch as JSON text (``{}``: nothing to write)."""
-    patch = mark.payload_patch
-    return "{}" if not patch else json.dumps(dict(patch), ensure_ascii=False, separators=(",", ":"))
-
-
-def _scrub_groups(marks: Sequence[Mark]) -> list[list[Mark]]:
-    """Marks grouped so that each group scrubs one set of keys (marks that scrub nothing join the
-    first group)."""
-    groups: dict[frozenset[str], list[Mark]] = {}
-    for mark in marks:
-        if mark.scrub_keys:
-            groups.setdefault(mark.scrub_keys, []).append(mark)
-    plain = [m for m in marks if not m.scrub_keys]
-    if not groups:
-        return [plain] if plain else []
-    first = next(iter(groups))
-    groups[first].extend(plain)
-    return list(groups.values())

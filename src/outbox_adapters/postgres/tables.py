@@ -47,6 +47,7 @@ __all__ = [
     "MESSAGE_STORAGE",
     "QUEUE_COLUMNS",
     "check_queue_table",
+    "has_legacy_null_due",
     "metadata",
     "outbox_leader",
     "outbox_message",
@@ -113,9 +114,11 @@ QUEUE_COLUMNS: Final = (
 #: The ``Table.info`` key :func:`queue_table` sets: the only tables a ``PostgresStore`` accepts
 #: (its statements name the table, so the table must be one the library made, never free text).
 _QUEUE_MARK: Final = "leased_outbox.queue_table"
+#: The ``Table.info`` key of a queue table whose due column may hold NULL (``legacy_null_due``).
+_LEGACY_NULL_DUE: Final = "leased_outbox.legacy_null_due"
 
 
-def _queue_columns() -> list[Column[Any]]:
+def _queue_columns(*, legacy_null_due: bool = False) -> list[Column[Any]]:
     """A fresh set of the queue columns (a Column belongs to one table)."""
     return [
         Column("id", BigInteger, Identity(), primary_key=True),
@@ -128,8 +131,13 @@ def _queue_columns() -> list[Column[Any]]:
         Column("attempts", Integer, nullable=False, server_default=text("0")),
         #: When the row is due. While the row is claimed it doubles as the lease expiry: the claim
         #: pushes it to ``now + lease``, so a sibling can take the row only after the lease ran out.
+        #: NULL only on a ``legacy_null_due`` table, in rows written before due times were
+        #: always set; the claim treats such a row as due (see ``statements.legacy_null_due``).
         Column(
-            "next_attempt_at", DateTime(timezone=True), nullable=False, server_default=func.now()
+            "next_attempt_at",
+            DateTime(timezone=True),
+            nullable=legacy_null_due,
+            server_default=func.now(),
         ),
         #: The fencing token of the latest claim; every mark must present it (catalogue C10).
         Column("claim_token", Text, nullable=True),
@@ -152,10 +160,16 @@ def queue_table(
     meta: MetaData,
     *extra: Column[Any],
     storage: Mapping[str, object] = MESSAGE_STORAGE,
+    legacy_null_due: bool = False,
 ) -> Table:
     """A queue-shaped table: the queue columns (:data:`QUEUE_COLUMNS`), their checks and partial
     indexes, then ``extra`` columns of its own (nullable or with a default: the store's statements
     never write them, the producer does).
+
+    ``legacy_null_due`` makes ``next_attempt_at`` nullable for this table only, and the store's
+    claim on it also takes pending rows whose due time is NULL (rows written by an older producer
+    that left it unset; the webhook deliveries table keeps that branch until no such row can
+    exist). Every other table's due column stays NOT NULL and its claim unchanged.
 
     Every queue table is built here, once per name, so the queue columns are defined in one
     place; :class:`~outbox_adapters.postgres.store.PostgresStore` accepts only a table built here
@@ -175,7 +189,7 @@ def queue_table(
     table = Table(
         name,
         meta,
-        *_queue_columns(),
+        *_queue_columns(legacy_null_due=legacy_null_due),
         *extra,
         CheckConstraint(f"status IN ({_STATUSES})", name="status"),
         CheckConstraint("attempts >= 0", name="attempts"),
@@ -203,7 +217,13 @@ def queue_table(
         postgresql_where=c.idempotency_key.is_not(None),
     )
     table.info[_QUEUE_MARK] = name
+    table.info[_LEGACY_NULL_DUE] = legacy_null_due
     return table
+
+
+def has_legacy_null_due(table: Table) -> bool:
+    """Whether ``table`` was built with ``queue_table(..., legacy_null_due=True)``."""
+    return bool(table.info.get(_LEGACY_NULL_DUE, False))
 
 
 def check_queue_table(table: object) -> Table:

@@ -1,0 +1,277 @@
+"""``outbox endpoints add|list|disable|enable|rotate-secret``: the webhook endpoints (ADR 0017).
+
+A new endpoint's URL passes a registration check first (:func:`_check_url`); its first secret is
+drawn here (``secrets.token_bytes(32)``) and printed once, as ``whsec_...``: the receiver needs it
+to verify signatures, and the library never shows it again. ``--json`` prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import secrets
+import socket
+import urllib.parse
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import click
+
+from outbox_adapters.cli.options import (
+    Failure,
+    SettingError,
+    connection_pool,
+    database_url,
+    option,
+    run,
+    setting_error,
+)
+from outbox_adapters.postgres.webhooks import (
+    DEFAULT_SECRET_OVERLAP,
+    Endpoint,
+    Missed,
+    WebhookRefused,
+    WebhookRepository,
+)
+from outbox_core.errors import InvalidMessage
+from outbox_core.signing import WebhookSecret
+
+__all__ = ["allow_options", "endpoint_json", "endpoints_group", "json_option", "when"]
+
+
+def json_option(command: Any) -> Any:  # noqa: ANN401 - a click decorator
+    return option(
+        "--json", "as_json", env="OUTBOX_JSON", is_flag=True, help="Print one JSON document."
+    )(command)
+
+
+def allow_options(command: Any) -> Any:  # noqa: ANN401 - a click decorator
+    command = option(
+        "--allow-http",
+        env="OUTBOX_ALLOW_HTTP",
+        is_flag=True,
+        help="Accept http:// URLs (tests and internal receivers; https only in production).",
+    )(command)
+    return option(
+        "--allow-destination",
+        "allow",
+        env="OUTBOX_ALLOW_DESTINATION",
+        multiple=True,
+        metavar="CIDR",
+        help="An address range a webhook may reach although it is private or local (repeat).",
+    )(command)
+
+
+def when(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "id": endpoint.id,
+        "url": endpoint.url,
+        "event_types": list(endpoint.event_types),
+        "enabled": endpoint.enabled,
+        "owner_email": endpoint.owner_email,
+        "disabled_reason": endpoint.disabled_reason,
+        "disabled_at": when(endpoint.disabled_at),
+        "created_at": when(endpoint.created_at),
+    }
+
+
+def _check_url(url: str, allow: Sequence[str], *, allow_http: bool) -> None:
+    """The registration check of an endpoint URL, in ONE place.
+
+    TODO(webhooks-http): replace the body with
+    ``await outbox_adapters.http.DestinationGuard(allow=allow, require_https=not allow_http)
+    .check_registration(url)`` once that guard lands; this interim check applies the same rules in
+    short (scheme, no userinfo, every resolved address public or allowed).
+    """
+    option_name, env = "--url", "OUTBOX_ENDPOINT_URL"
+    try:
+        networks = [ipaddress.ip_network(cidr, strict=False) for cidr in allow]
+    except ValueError as exc:
+        raise setting_error("--allow-destination", "OUTBOX_ALLOW_DESTINATION", str(exc)) from None
+    parts = urllib.parse.urlsplit(url)
+    schemes = ("https", "http") if allow_http else ("https",)
+    if parts.scheme not in schemes:
+        raise setting_error(option_name, env, f"the scheme must be {' or '.join(schemes)}")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise setting_error(option_name, env, "a webhook URL may not carry user information")
+    host = parts.hostname
+    if not host:
+        raise setting_error(option_name, env, "the URL has no host")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        found = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except (OSError, ValueError) as exc:
+        raise setting_error(option_name, env, f"cannot resolve {host!r}: {exc}") from None
+    for text in sorted(found):
+        address = ipaddress.ip_address(str(text).split("%", 1)[0])
+        if not address.is_global and not any(address in net for net in networks):
+            raise setting_error(
+                option_name,
+                env,
+                f"destination address not allowed: {host} resolves to {address}, which is not"
+                " public (allow it with --allow-destination CIDR)",
+            )
+
+
+def _repository_call(database: str, call: Any) -> Any:  # noqa: ANN401
+    async def go() -> Any:  # noqa: ANN401
+        async with connection_pool(database) as pool:
+            return await call(WebhookRepository(pool))
+
+    try:
+        return run(go())
+    except WebhookRefused as exc:
+        raise Failure(str(exc)) from None
+
+
+@click.group("endpoints")
+def endpoints_group() -> None:
+    """Webhook endpoints: add, list, disable, enable, rotate-secret."""
+
+
+@endpoints_group.command("add")
+@database_url()
+@option("--url", env="OUTBOX_ENDPOINT_URL", required=True, help="Where the events are POSTed.")
+@option(
+    "--event-type",
+    "event_types",
+    env="OUTBOX_EVENT_TYPE",
+    required=True,
+    multiple=True,
+    help="An event type it receives ('*' for every type); repeat for more.",
+)
+@option("--owner", env="OUTBOX_ENDPOINT_OWNER", help="Owner's e-mail, told when it is disabled.")
+@allow_options
+@json_option
+def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
+    database_url: str,
+    url: str,
+    event_types: tuple[str, ...],
+    owner: str | None,
+    allow: tuple[str, ...],
+    allow_http: bool,  # noqa: FBT001
+    as_json: bool,  # noqa: FBT001
+) -> None:
+    """Register an endpoint; prints its id and its first signing secret (shown once)."""
+    _check_url(url, allow, allow_http=allow_http)
+    secret = WebhookSecret.generate_from(secrets.token_bytes(32)).to_text()
+    try:
+        endpoint: Endpoint = _repository_call(
+            database_url,
+            lambda repo: repo.add_endpoint(url, event_types, owner_email=owner, secret=secret),
+        )
+    except InvalidMessage as exc:
+        raise SettingError(f"the endpoint was refused, nothing was written: {exc}") from None
+    if as_json:
+        click.echo(json.dumps({"endpoint": endpoint_json(endpoint), "secret": secret}))
+        return
+    click.echo(f"endpoint {endpoint.id} added for {', '.join(endpoint.event_types)}")
+    click.echo(f"secret: {secret}")
+    click.echo("(give the secret to the receiver; it is not shown again)")
+
+
+@endpoints_group.command("list")
+@database_url()
+@json_option
+def list_command(database_url: str, as_json: bool) -> None:  # noqa: FBT001
+    """Every endpoint: id, state, event types, URL (never a secret)."""
+    endpoints: list[Endpoint] = _repository_call(database_url, lambda r: r.list_endpoints())
+    if as_json:
+        click.echo(json.dumps({"endpoints": [endpoint_json(e) for e in endpoints]}))
+        return
+    if not endpoints:
+        click.echo("no endpoints")
+    for e in endpoints:
+        state = "enabled" if e.enabled else f"disabled ({e.disabled_reason})"
+        click.echo(f"{e.id:>6}  {state}  {','.join(e.event_types)}  {e.url}")
+
+
+@endpoints_group.command("disable")
+@click.argument("endpoint_id", type=click.IntRange(min=1))
+@database_url()
+@option(
+    "--reason",
+    env="OUTBOX_DISABLE_REASON",
+    default="disabled by an operator",
+    show_default=True,
+    help="Why (kept on the endpoint).",
+)
+@json_option
+def disable_command(endpoint_id: int, database_url: str, reason: str, as_json: bool) -> None:  # noqa: FBT001
+    """Disable an endpoint: no new deliveries, its pending ones are not sent."""
+    endpoint: Endpoint = _repository_call(
+        database_url, lambda r: r.disable_endpoint(endpoint_id, reason)
+    )
+    if as_json:
+        click.echo(json.dumps({"endpoint": endpoint_json(endpoint)}))
+    else:
+        click.echo(f"endpoint {endpoint.id} disabled: {endpoint.disabled_reason}")
+
+
+@endpoints_group.command("enable")
+@click.argument("endpoint_id", type=click.IntRange(min=1))
+@database_url()
+@json_option
+def enable_command(endpoint_id: int, database_url: str, as_json: bool) -> None:  # noqa: FBT001
+    """Enable an endpoint again, and list the events it missed while disabled."""
+    missed: Missed = _repository_call(database_url, lambda r: r.enable_endpoint(endpoint_id))
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "endpoint": endpoint_json(missed.endpoint),
+                    "disabled_since": when(missed.disabled_since),
+                    "missed_event_ids": list(missed.event_ids),
+                }
+            )
+        )
+        return
+    click.echo(f"endpoint {endpoint_id} enabled")
+    if missed.event_ids:
+        click.echo(
+            f"it missed {len(missed.event_ids)} event(s) while disabled:"
+            f" {', '.join(map(str, missed.event_ids))}"
+        )
+        click.echo(f"replay each with: outbox replay EVENT_ID --endpoint {endpoint_id}")
+
+
+@endpoints_group.command("rotate-secret")
+@click.argument("endpoint_id", type=click.IntRange(min=1))
+@database_url()
+@option(
+    "--overlap-hours",
+    env="OUTBOX_SECRET_OVERLAP_HOURS",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_SECRET_OVERLAP.total_seconds() / 3600,
+    show_default=True,
+    help="How long the old secrets keep signing beside the new one.",
+)
+@json_option
+def rotate_command(
+    endpoint_id: int,
+    database_url: str,
+    overlap_hours: float,
+    as_json: bool,  # noqa: FBT001
+) -> None:
+    """Add a new signing secret; the old ones keep signing for the overlap. Prints the new one."""
+    secret = WebhookSecret.generate_from(secrets.token_bytes(32)).to_text()
+    overlap = timedelta(hours=overlap_hours)
+    _repository_call(
+        database_url, lambda r: r.rotate_secret(endpoint_id, new_secret=secret, overlap=overlap)
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"endpoint_id": endpoint_id, "secret": secret, "overlap_hours": overlap_hours}
+            )
+        )
+        return
+    click.echo(f"endpoint {endpoint_id}: new secret {secret}")
+    click.echo(
+        f"(the old secrets keep signing for {overlap_hours:g} h; this one is not shown again)"
+    )

@@ -1,0 +1,90 @@
+"""The parameters of the mark statements (``MARK``, ``MARK_MANY``, ``DISABLE_ENDPOINTS``), built
+from the core's :class:`~outbox_core.messages.Mark` values, and the one refusal a mark can meet
+before anything is written (an endpoint to disable on a table that has none).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Table
+
+from outbox_adapters.store_rules import coerce_row_id
+from outbox_core.errors import ConfigurationError
+from outbox_core.messages import Mark
+
+__all__ = ["check_disable", "disable_params", "mark_many_params", "mark_params", "scrub_groups"]
+
+
+def mark_params(mark: Mark) -> dict[str, Any]:
+    """``MARK``'s parameters for ``mark``."""
+    return {
+        "id": coerce_row_id(mark.row_id),
+        "token": mark.token.value,
+        "status": mark.status.value,
+        "reason": mark.reason,
+        "retry_delay": mark.retry_delay,
+        "scrub_keys": sorted(mark.scrub_keys),
+        "patch": _patch_json(mark),
+        "now": None,
+    }
+
+
+def mark_many_params(group: Sequence[Mark]) -> dict[str, Any]:
+    """``MARK_MANY``'s parameters for one group of :func:`scrub_groups`."""
+    return {
+        "ids": [coerce_row_id(m.row_id) for m in group],
+        "tokens": [m.token.value for m in group],
+        "statuses": [m.status.value for m in group],
+        "reasons": [m.reason for m in group],
+        "retry_delays": [m.retry_delay for m in group],
+        "scrubs": [bool(m.scrub_keys) for m in group],
+        "patches": [_patch_json(m) for m in group],
+        "scrub_keys": next((sorted(m.scrub_keys) for m in group if m.scrub_keys), []),
+        "now": None,
+    }
+
+
+def disable_params(marks: Sequence[Mark]) -> dict[str, Any] | None:
+    """``DISABLE_ENDPOINTS``'s parameters for the marks (all applied) that ask for it, or
+    ``None`` when none does."""
+    wanted = [m for m in marks if m.disable_endpoint]
+    if not wanted:
+        return None
+    return {
+        "ids": [coerce_row_id(m.row_id) for m in wanted],
+        "reasons": [m.reason for m in wanted],
+    }
+
+
+def check_disable(table: Table, marks: Sequence[Mark]) -> None:
+    """Refuse marks that ask to disable an endpoint when ``table`` has no ``endpoint_id``."""
+    if "endpoint_id" not in table.c and any(m.disable_endpoint for m in marks):
+        raise ConfigurationError(
+            f"a mark asks to disable its webhook endpoint (HTTP 410), but queue table"
+            f" {table.name} has no endpoint_id column; only the webhook deliveries table"
+            " (outbox_webhook_delivery) takes such a mark"
+        )
+
+
+def _patch_json(mark: Mark) -> str:
+    """The mark's payload patch as JSON text (``{}``: nothing to write)."""
+    patch = mark.payload_patch
+    return "{}" if not patch else json.dumps(dict(patch), ensure_ascii=False, separators=(",", ":"))
+
+
+def scrub_groups(marks: Sequence[Mark]) -> list[list[Mark]]:
+    """Marks grouped so that each group scrubs one set of keys (marks that scrub nothing join the
+    first group)."""
+    groups: dict[frozenset[str], list[Mark]] = {}
+    for mark in marks:
+        if mark.scrub_keys:
+            groups.setdefault(mark.scrub_keys, []).append(mark)
+    plain = [m for m in marks if not m.scrub_keys]
+    if not groups:
+        return [plain] if plain else []
+    first = next(iter(groups))
+    groups[first].extend(plain)
+    return list(groups.values())

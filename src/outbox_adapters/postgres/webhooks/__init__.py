@@ -1,0 +1,67 @@
+"""The webhook model on PostgreSQL (ADR 0017): its tables, ``enqueue_webhook`` on the host's
+transaction, and :class:`WebhookRepository` (atomic fan-out into born-leased deliveries, delivery
+targets, endpoints and their secrets, replay, endpoint health, the delivery report).
+
+The webhook outbox and the deliveries are queue tables: claim, mark and release them with the one
+:class:`~outbox_adapters.postgres.PostgresStore` (``PostgresStore(pool, table=outbox_webhook_delivery)``).
+"""
+
+from outbox_adapters.postgres.webhooks.endpoints import (
+    DEFAULT_HEALTH_WINDOW,
+    DEFAULT_SECRET_OVERLAP,
+    check_endpoint_url,
+)
+from outbox_adapters.postgres.webhooks.enqueue import enqueue_webhook, enqueue_webhook_async
+from outbox_adapters.postgres.webhooks.model import (
+    ANY_EVENT_TYPE,
+    DeliveryGroup,
+    DeliveryReport,
+    DeliveryTarget,
+    Endpoint,
+    FanOut,
+    Missed,
+    Replay,
+    WebhookRefused,
+    check_event_type,
+    event_body,
+    webhook_message,
+)
+from outbox_adapters.postgres.webhooks.repository import WebhookRepository, event_of
+from outbox_adapters.postgres.webhooks.tables import (
+    DELIVERY_LANE,
+    WEBHOOK_LANE,
+    outbox_webhook,
+    outbox_webhook_delivery,
+    outbox_webhook_endpoint,
+    outbox_webhook_event,
+    outbox_webhook_secret,
+)
+
+__all__ = [
+    "ANY_EVENT_TYPE",
+    "DEFAULT_HEALTH_WINDOW",
+    "DEFAULT_SECRET_OVERLAP",
+    "DELIVERY_LANE",
+    "WEBHOOK_LANE",
+    "DeliveryGroup",
+    "DeliveryReport",
+    "DeliveryTarget",
+    "Endpoint",
+    "FanOut",
+    "Missed",
+    "Replay",
+    "WebhookRefused",
+    "WebhookRepository",
+    "check_endpoint_url",
+    "check_event_type",
+    "enqueue_webhook",
+    "enqueue_webhook_async",
+    "event_body",
+    "event_of",
+    "outbox_webhook",
+    "outbox_webhook_delivery",
+    "outbox_webhook_endpoint",
+    "outbox_webhook_event",
+    "outbox_webhook_secret",
+    "webhook_message",
+]

@@ -1,0 +1,290 @@
+"""The webhook repository's SQL, one name each, read at call time (the mutation matrix swaps them).
+
+The tables have fixed names (:mod:`.tables`); the generic queue statements (the outbox row's fenced
+mark, the deliveries' claim and marks) are :mod:`outbox_adapters.postgres.statements`' templates,
+never copies. ``now`` is optional where a test needs to move time: ``coalesce(%(now)s, now())``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BORN_DELIVERIES",
+    "CLONE_EVENT",
+    "COMPLETE_REPLAY",
+    "DELIVERY_COUNTS",
+    "DELIVERY_GROUPS",
+    "DELIVERY_TARGET",
+    "DISABLE_ENDPOINT",
+    "ENABLE_ENDPOINT",
+    "ENDPOINT",
+    "ENDPOINTS",
+    "EVENT",
+    "EXPIRE_SECRETS",
+    "FAILED_TO_REPLAY",
+    "INSERT_ENDPOINT",
+    "INSERT_EVENT",
+    "INSERT_SECRET",
+    "LOCK_ENDPOINT",
+    "MISSED_EVENTS",
+    "OPEN_REPLAY",
+    "UNHEALTHY_ENDPOINTS",
+]
+
+# --- fan-out and replay ---------------------------------------------------------------------------
+
+#: The event, in the fan-out's transaction (after the outbox row's fenced mark applied).
+INSERT_EVENT = """
+INSERT INTO outbox_webhook_event (msg_id, event_type, data, source_outbox_id)
+VALUES (%(msg_id)s, %(event_type)s, %(data)s::jsonb, %(source_outbox_id)s)
+RETURNING id, created_at
+"""
+
+#: Born-leased deliveries: one per enabled endpoint subscribed to the event's type (or only
+#: ``endpoint_id`` when given), already claimed by the in-process first attempt: attempts = 1, the
+#: birth token, and a due time of now + the BIRTH lease (never NULL: a NULL due time is what the
+#: legacy branch of the claim takes at once, so the retry worker would race the first attempt;
+#: never now: due at once, the same race). The retry worker's claim can't take the row before the
+#: birth lease runs out. A (event, endpoint) pair that has a delivery already gets no second one.
+BORN_DELIVERIES = """
+INSERT INTO outbox_webhook_delivery
+    (lane, payload, attempts, next_attempt_at, claim_token, claimed_at, event_id, endpoint_id)
+SELECT %(lane)s,
+       jsonb_build_object('event_id', %(event_id)s::bigint, 'endpoint_id', e.id),
+       1,
+       now() + %(birth_lease)s::interval,
+       %(token)s,
+       now(),
+       %(event_id)s,
+       e.id
+FROM outbox_webhook_endpoint AS e
+WHERE e.enabled
+  AND (%(event_type)s::text = ANY(e.event_types) OR '*' = ANY(e.event_types))
+  AND (%(endpoint_id)s::bigint IS NULL OR e.id = %(endpoint_id)s::bigint)
+ORDER BY e.id
+ON CONFLICT (event_id, endpoint_id) DO NOTHING
+RETURNING id, lane, payload::text AS payload, attempts, next_attempt_at AS lease_expires_at,
+          created_at
+"""
+
+#: One event by id, locked (a replay reads its source; completing a replay locks the clone).
+EVENT = """
+SELECT id, msg_id, event_type, data::text AS data, replay_of, replay_scope, replay_completed_at,
+       created_at
+FROM outbox_webhook_event
+WHERE id = %(id)s
+FOR UPDATE
+"""
+
+#: A replay's clone not completed yet (an interrupted replay), for the same source and scope.
+OPEN_REPLAY = """
+SELECT id, msg_id, event_type, data::text AS data, created_at
+FROM outbox_webhook_event
+WHERE replay_of = %(replay_of)s
+  AND replay_scope = %(scope)s::jsonb
+  AND replay_completed_at IS NULL
+ORDER BY id
+LIMIT 1
+FOR UPDATE
+"""
+
+#: Replay, step 1 (its own transaction): the clone, committed before any delivery exists, so an
+#: interrupted replay is visible (``replay_completed_at`` NULL) and can be completed.
+CLONE_EVENT = """
+INSERT INTO outbox_webhook_event (msg_id, event_type, data, replay_of, replay_scope)
+SELECT %(msg_id)s, event_type, data, id, %(scope)s::jsonb
+FROM outbox_webhook_event
+WHERE id = %(replay_of)s
+RETURNING id, msg_id, event_type, data::text AS data, created_at
+"""
+
+#: Replay, step 2 (with the clone's born deliveries, one transaction): the replay is done.
+COMPLETE_REPLAY = """
+UPDATE outbox_webhook_event SET replay_completed_at = now()
+WHERE id = %(id)s AND replay_completed_at IS NULL
+"""
+
+#: The failed deliveries of a time range (by when they failed) still worth replaying: endpoint
+#: enabled, and no completed replay of that event to that endpoint made since the failure.
+FAILED_TO_REPLAY = """
+SELECT d.event_id, d.endpoint_id
+FROM outbox_webhook_delivery AS d
+JOIN outbox_webhook_endpoint AS e ON e.id = d.endpoint_id
+WHERE d.lane = %(lane)s
+  AND d.status = 'failed'
+  AND d.resolved_at >= %(since)s::timestamptz
+  AND (%(before)s::timestamptz IS NULL OR d.resolved_at < %(before)s::timestamptz)
+  AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+  AND e.enabled
+  AND NOT EXISTS (
+      SELECT FROM outbox_webhook_event AS c
+      WHERE c.replay_of = d.event_id
+        AND c.replay_scope = jsonb_build_object('endpoint_id', d.endpoint_id)
+        AND c.replay_completed_at >= d.resolved_at
+  )
+ORDER BY d.resolved_at, d.id
+"""
+
+#: One attempt's target: the delivery, its endpoint, its event and every unexpired secret.
+DELIVERY_TARGET = """
+SELECT d.id, d.event_id, d.endpoint_id, e.url, e.enabled, ev.msg_id, ev.event_type,
+       ev.data::text AS data, ev.created_at,
+       ARRAY(
+           SELECT s.secret FROM outbox_webhook_secret AS s
+           WHERE s.endpoint_id = e.id
+             AND (s.expires_at IS NULL OR s.expires_at > coalesce(%(now)s::timestamptz, now()))
+           ORDER BY s.created_at DESC, s.id DESC
+       ) AS secrets
+FROM outbox_webhook_delivery AS d
+JOIN outbox_webhook_endpoint AS e ON e.id = d.endpoint_id
+JOIN outbox_webhook_event AS ev ON ev.id = d.event_id
+WHERE d.id = %(id)s
+"""
+
+# --- endpoints ------------------------------------------------------------------------------------
+
+INSERT_ENDPOINT = """
+INSERT INTO outbox_webhook_endpoint (url, event_types, owner_email)
+VALUES (%(url)s, %(event_types)s::text[], %(owner_email)s)
+RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
+       created_at, updated_at
+"""
+
+INSERT_SECRET = """
+INSERT INTO outbox_webhook_secret (endpoint_id, secret, expires_at)
+VALUES (%(endpoint_id)s, %(secret)s, NULL)
+"""  # noqa: S105 - SQL that stores a secret, not a secret
+
+#: Rotation: every secret still live past the overlap now expires at the end of the overlap.
+EXPIRE_SECRETS = """
+UPDATE outbox_webhook_secret
+SET expires_at = coalesce(%(now)s::timestamptz, now()) + %(overlap)s::interval
+WHERE endpoint_id = %(endpoint_id)s
+  AND (expires_at IS NULL
+       OR expires_at > coalesce(%(now)s::timestamptz, now()) + %(overlap)s::interval)
+"""
+
+ENDPOINT = """
+SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
+       created_at, updated_at
+FROM outbox_webhook_endpoint
+WHERE id = %(id)s
+"""
+
+LOCK_ENDPOINT = """
+SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
+       created_at, updated_at
+FROM outbox_webhook_endpoint
+WHERE id = %(id)s
+FOR UPDATE
+"""
+
+ENDPOINTS = """
+SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
+       created_at, updated_at
+FROM outbox_webhook_endpoint
+ORDER BY id
+"""
+
+DISABLE_ENDPOINT = """
+UPDATE outbox_webhook_endpoint
+SET enabled = false, disabled_reason = %(reason)s, disabled_at = coalesce(%(now)s::timestamptz, now()),
+    updated_at = now()
+WHERE id = %(id)s AND enabled
+RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
+       created_at, updated_at
+"""
+
+ENABLE_ENDPOINT = """
+UPDATE outbox_webhook_endpoint
+SET enabled = true, disabled_reason = NULL, disabled_at = NULL, updated_at = now()
+WHERE id = %(id)s
+RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
+       created_at, updated_at
+"""
+
+#: The events of an endpoint's types created since it was disabled that have no delivery to it.
+MISSED_EVENTS = """
+SELECT ev.id
+FROM outbox_webhook_event AS ev
+WHERE ev.created_at >= %(since)s::timestamptz
+  AND (ev.event_type = ANY(%(event_types)s::text[]) OR '*' = ANY(%(event_types)s::text[]))
+  AND ev.replay_of IS NULL
+  AND NOT EXISTS (
+      SELECT FROM outbox_webhook_delivery AS d
+      WHERE d.event_id = ev.id AND d.endpoint_id = %(endpoint_id)s
+  )
+ORDER BY ev.id
+"""
+
+#: Endpoint health (B6): enabled endpoints failing without a success for the whole window. An
+#: endpoint qualifies when it has had no successful delivery since ``now - window``, its current
+#: run of failing deliveries (failed, or pending after a failed attempt, created after its last
+#: success) began at or before ``now - window``, and it failed again within the window (so an
+#: endpoint merely idle since an old failure is left alone). Locked, in the disabling transaction.
+UNHEALTHY_ENDPOINTS = """
+WITH health AS (
+    SELECT d.endpoint_id,
+           max(d.resolved_at) FILTER (WHERE d.status = 'dispatched') AS last_success,
+           max(d.updated_at) FILTER (
+               WHERE d.status IN ('pending', 'failed') AND d.last_error IS NOT NULL
+           ) AS last_failure
+    FROM outbox_webhook_delivery AS d
+    WHERE d.lane = %(lane)s
+    GROUP BY d.endpoint_id
+),
+streak AS (
+    SELECT d.endpoint_id, min(d.created_at) AS failing_since
+    FROM outbox_webhook_delivery AS d
+    JOIN health AS h ON h.endpoint_id = d.endpoint_id
+    WHERE d.lane = %(lane)s
+      AND d.status IN ('pending', 'failed')
+      AND d.last_error IS NOT NULL
+      AND d.created_at > coalesce(h.last_success, '-infinity'::timestamptz)
+    GROUP BY d.endpoint_id
+)
+SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
+       created_at, updated_at
+FROM outbox_webhook_endpoint
+WHERE enabled
+  AND id IN (
+      SELECT h.endpoint_id
+      FROM health AS h JOIN streak AS s ON s.endpoint_id = h.endpoint_id
+      WHERE s.failing_since <= coalesce(%(now)s::timestamptz, now()) - %(window)s::interval
+        AND (h.last_success IS NULL
+             OR h.last_success <= coalesce(%(now)s::timestamptz, now()) - %(window)s::interval)
+        AND h.last_failure > coalesce(%(now)s::timestamptz, now()) - %(window)s::interval
+  )
+ORDER BY id
+FOR UPDATE
+"""
+
+# --- the operator's report ------------------------------------------------------------------------
+
+#: Deliveries grouped by status and error, largest group first; the last status code and response
+#: snippet come from the group's most recent delivery (the payload keys the fenced marks patch in).
+DELIVERY_GROUPS = """
+SELECT d.status, d.last_error AS error, count(*) AS deliveries,
+       min(d.updated_at) AS first_at, max(d.updated_at) AS last_at,
+       (array_agg(d.payload ->> 'last_status' ORDER BY d.updated_at DESC, d.id DESC))[1]
+           AS last_status,
+       (array_agg(d.payload ->> 'response' ORDER BY d.updated_at DESC, d.id DESC))[1]
+           AS response,
+       array_agg(DISTINCT d.endpoint_id ORDER BY d.endpoint_id) AS endpoint_ids
+FROM outbox_webhook_delivery AS d
+WHERE d.lane = %(lane)s
+  AND (%(status)s::text IS NULL OR d.status = %(status)s::text)
+  AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+GROUP BY d.status, d.last_error
+ORDER BY count(*) DESC, d.status, d.last_error NULLS FIRST
+LIMIT %(limit)s
+"""
+
+#: Deliveries per status, over the same filters.
+DELIVERY_COUNTS = """
+SELECT d.status, count(*) AS deliveries
+FROM outbox_webhook_delivery AS d
+WHERE d.lane = %(lane)s
+  AND (%(status)s::text IS NULL OR d.status = %(status)s::text)
+  AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+GROUP BY d.status
+"""

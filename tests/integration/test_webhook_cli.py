@@ -1,0 +1,190 @@
+"""The webhook commands of ``outbox`` against a real PostgreSQL: endpoints add (registration check,
+first secret printed once), list, disable, enable (what was missed), rotate-secret; enqueue webhook;
+deliveries grouped by error; replay of an event and of a failed range; ``--json`` prints one JSON
+document; environment twins work; bad input exits 2 in one line and writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import pytest
+from click.testing import CliRunner, Result
+from tests.support.postgres import query
+from tests.support.webhooks import Webhooks, webhooks
+
+from outbox_adapters.cli import main
+from outbox_core.messages import Mark
+from outbox_core.signing import WebhookSecret
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
+
+LOCAL = ("--allow-destination", "127.0.0.0/8", "--allow-http")
+
+
+def outbox(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def one_line_error(result: Result) -> str:
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def steps(dsn: str, work: Callable[[Webhooks], Awaitable[Any]]) -> Any:
+    """Run async webhook steps (enqueue, drain, mark) from a synchronous CLI test."""
+
+    async def go() -> Any:
+        async with webhooks(dsn) as wh:
+            return await work(wh)
+
+    return asyncio.run(go())
+
+
+def add(dsn: str, *extra: str) -> dict[str, Any]:
+    result = outbox(
+        "endpoints", "add", "--database-url", dsn, "--url", "http://127.0.0.1:9/hook",
+        "--event-type", "invoice.paid", "--event-type", "invoice.void", *LOCAL, "--json", *extra,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    made: dict[str, Any] = json.loads(result.stdout)
+    return made
+
+
+def test_endpoints_add_prints_the_id_and_a_whsec_secret_and_list_shows_it_without(dsn):
+    made = add(dsn, "--owner", "ops@example.org")
+    assert made["endpoint"]["event_types"] == ["invoice.paid", "invoice.void"]
+    assert WebhookSecret.parse(made["secret"]).key  # 32 random bytes, whsec_ form
+    assert made["secret"].startswith("whsec_")
+    assert query(dsn, "SELECT secret FROM outbox_webhook_secret") == [(made["secret"],)]
+    text = outbox("endpoints", "list", "--database-url", dsn)
+    assert text.exit_code == 0
+    assert f"{made['endpoint']['id']}  enabled  invoice.paid,invoice.void" in text.stdout
+    assert made["secret"] not in text.stdout
+    listed = json.loads(outbox("endpoints", "list", "--database-url", dsn, "--json").stdout)
+    assert [e["id"] for e in listed["endpoints"]] == [made["endpoint"]["id"]]
+    plain = outbox(
+        "endpoints", "add", "--url", "http://127.0.0.1:9/x", "--event-type", "a.b", *LOCAL,
+        env={"OUTBOX_DATABASE_URL": dsn},
+    )  # fmt: skip
+    assert plain.exit_code == 0
+    assert re.search(r"^secret: whsec_[A-Za-z0-9+/=]+$", plain.stdout, re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    ("url", "extra", "why"),
+    [
+        ("http://169.254.169.254/latest", LOCAL, "not public"),
+        ("http://10.0.0.1/hook", LOCAL, "not public"),
+        ("http://127.0.0.1:9/hook", (), "scheme must be https"),
+        ("https://user:pw@127.0.0.1/hook", LOCAL, "user information"),
+        ("https://127.0.0.1/hook", ("--allow-destination", "not-a-cidr"), "--allow-destination"),
+    ],
+)
+def test_endpoints_add_refuses_a_url_that_fails_the_registration_check(dsn, url, extra, why):
+    result = outbox(
+        "endpoints", "add", "--database-url", dsn, "--url", url, "--event-type", "t", *extra
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert why in one_line_error(result)
+    assert query(dsn, "SELECT count(*) FROM outbox_webhook_endpoint") == [(0,)]
+
+
+def test_disable_enable_and_rotate_secret(dsn):
+    endpoint = add(dsn)["endpoint"]["id"]
+    off = outbox("endpoints", "disable", str(endpoint), "--database-url", dsn, "--reason", "moved")
+    assert off.exit_code == 0
+    assert "disabled: moved" in off.stdout
+    missed = steps(dsn, lambda wh: wh.drained())
+    back = outbox("endpoints", "enable", str(endpoint), "--database-url", dsn, "--json")
+    assert back.exit_code == 0
+    assert json.loads(back.stdout)["missed_event_ids"] == [missed.event_id]
+    rotated = outbox("endpoints", "rotate-secret", str(endpoint), "--database-url", dsn, "--json")
+    assert rotated.exit_code == 0
+    assert json.loads(rotated.stdout)["secret"].startswith("whsec_")
+    assert query(
+        dsn,
+        "SELECT count(*), count(expires_at) FROM outbox_webhook_secret WHERE endpoint_id = %s",
+        endpoint,
+    ) == [(2, 1)]
+    unknown = outbox("endpoints", "disable", "999", "--database-url", dsn)
+    assert unknown.exit_code == 1
+    assert "no webhook endpoint 999" in one_line_error(unknown)
+
+
+def test_enqueue_webhook_writes_one_event_and_refuses_bad_input(dsn):
+    ok = outbox(
+        "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+        "--data", '{"invoice": 7}', "--idempotency-key", "k",
+    )  # fmt: skip
+    assert ok.exit_code == 0
+    assert re.fullmatch(r"enqueued as \d+", ok.stdout.strip())
+    again = outbox(
+        "enqueue", "webhook", "--event-type", "invoice.paid", "--data", '{"invoice": 7}',
+        env={"OUTBOX_DATABASE_URL": dsn, "OUTBOX_ENQUEUE_IDEMPOTENCY_KEY": "k"},
+    )  # fmt: skip
+    assert "already enqueued" in again.stdout
+    for data, event_type in (
+        ("[1]", "invoice.paid"),
+        ("{nope", "invoice.paid"),
+        ("{}", "bad type"),
+    ):
+        bad = outbox(
+            "enqueue", "webhook", "--database-url", dsn, "--event-type", event_type, "--data", data
+        )  # fmt: skip
+        assert bad.exit_code == 2
+        one_line_error(bad)
+    assert query(dsn, "SELECT payload FROM outbox_webhook") == [
+        ({"event_type": "invoice.paid", "data": {"invoice": 7}},)
+    ]
+
+
+def test_deliveries_are_grouped_by_error_and_replay_makes_due_deliveries(dsn):
+    endpoint = add(dsn)["endpoint"]["id"]
+    fan = steps(dsn, lambda wh: wh.drained())
+    (born,) = fan.deliveries
+    patch = {"last_status": 500, "response": "oops"}
+    failed = attrs.evolve(Mark.failed(born, "HTTP 500"), payload_patch=patch)
+    steps(dsn, lambda wh: wh.deliveries.mark_if_pending(failed))
+    report = json.loads(outbox("deliveries", "--database-url", dsn, "--json").stdout)
+    assert report["by_status"] == {"failed": 1}
+    (group,) = report["groups"]
+    assert (group["error"], group["deliveries"], group["last_status"], group["response"]) == (
+        "HTTP 500", 1, 500, "oops",
+    )  # fmt: skip
+    text = outbox(
+        "deliveries", "--database-url", dsn, "--status", "failed", "--endpoint", str(endpoint)
+    )
+    assert "HTTP 500" in text.stdout
+    assert "last status 500" in text.stdout
+
+    one = outbox(
+        "replay", str(fan.event_id), "--database-url", dsn, "--endpoint", str(endpoint), "--json"
+    )
+    assert one.exit_code == 0, one.output
+    (replay,) = json.loads(one.stdout)["replays"]
+    assert replay["replay_of"] == fan.event_id
+    assert len(replay["deliveries"]) == 1
+    assert (
+        len(steps(dsn, lambda wh: wh.claim_deliveries())) == 1
+    )  # CLI replays are due at once for the retry worker
+
+    ranged = outbox(
+        "replay", "--failed", "--since", "2000-01-01T00:00", "--database-url", dsn, "--json"
+    )  # fmt: skip
+    assert json.loads(ranged.stdout)["replays"] == []  # already replayed by the completed replay
+    steps(dsn, lambda wh: wh.repo.disable_endpoint(endpoint, "gone"))
+    refused = outbox(
+        "replay", str(fan.event_id), "--database-url", dsn, "--endpoint", str(endpoint)
+    )
+    assert refused.exit_code == 1
+    assert "is disabled (gone)" in one_line_error(refused)
+    both = outbox("replay", "7", "--failed", "--since", "2000-01-01", "--database-url", dsn)
+    assert both.exit_code == 2

@@ -1,0 +1,98 @@
+"""Steps the webhook tests share: a repository and stores on one pool, endpoints, a drained event.
+
+Reads go around the repository (plain SQL), so a test checks what PostgreSQL holds.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import attrs
+from psycopg_pool import AsyncConnectionPool
+
+from outbox_adapters.postgres import PostgresStore
+from outbox_adapters.postgres.webhooks import (
+    DELIVERY_LANE,
+    WEBHOOK_LANE,
+    FanOut,
+    WebhookRepository,
+    enqueue_webhook_async,
+    outbox_webhook,
+    outbox_webhook_delivery,
+)
+from outbox_core.messages import ClaimedRow, ClaimToken
+from outbox_core.ports import ClaimRequest
+from outbox_core.signing import WebhookSecret
+
+BIRTH = timedelta(seconds=120)
+LEASE = timedelta(seconds=190)
+
+
+def token() -> ClaimToken:
+    return ClaimToken.from_entropy(secrets.token_bytes(16))
+
+
+def new_secret() -> str:
+    return WebhookSecret.generate_from(secrets.token_bytes(32)).to_text()
+
+
+@attrs.define
+class Webhooks:
+    pool: AsyncConnectionPool[Any]
+    repo: WebhookRepository
+    outbox: PostgresStore
+    deliveries: PostgresStore
+
+    async def endpoint(self, *types: str, url: str = "https://hooks.example/in", **kw: Any) -> int:
+        made = await self.repo.add_endpoint(url, list(types), secret=new_secret(), **kw)
+        return made.id
+
+    async def enqueue(self, event_type: str = "invoice.paid", **data: Any) -> int:
+        async with self.pool.connection() as conn, conn.transaction():
+            result = await enqueue_webhook_async(conn, event_type, data or {"invoice": 7})
+        return int(result.row_id)
+
+    async def claim_outbox(self, *, now: Any = None) -> list[ClaimedRow]:
+        request = ClaimRequest(lane=WEBHOOK_LANE, limit=10, lease=LEASE, token=token(), now=now)
+        return list(await self.outbox.claim_due(request))
+
+    async def claim_deliveries(
+        self, *, now: Any = None, claim_token: ClaimToken | None = None
+    ) -> list[ClaimedRow]:
+        request = ClaimRequest(
+            lane=DELIVERY_LANE, limit=10, lease=LEASE, token=claim_token or token(), now=now
+        )
+        return list(await self.deliveries.claim_due(request))
+
+    async def drained(self, event_type: str = "invoice.paid", **data: Any) -> FanOut:
+        """Enqueue one event, claim it and fan it out (born token of its own)."""
+        await self.enqueue(event_type, **data)
+        (row,) = await self.claim_outbox()
+        return await self.repo.fan_out(row, birth_lease=BIRTH, birth_token=token())
+
+    async def rows(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        async with self.pool.connection() as conn:
+            found: list[tuple[Any, ...]] = await (await conn.execute(query, params)).fetchall()
+        return found
+
+
+@asynccontextmanager
+async def webhooks(dsn: str) -> AsyncIterator[Webhooks]:
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=4,
+        kwargs={"autocommit": True, "options": "-c lock_timeout=2000"},
+        open=False,
+    )
+    async with pool:
+        yield Webhooks(
+            pool=pool,
+            repo=WebhookRepository(pool),
+            outbox=PostgresStore(pool, table=outbox_webhook),
+            deliveries=PostgresStore(pool, table=outbox_webhook_delivery),
+        )
