@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,11 +17,12 @@ import attrs
 import pytest
 from click.testing import CliRunner, Result
 from tests.support.postgres import query
+from tests.support.receivers import HttpReceiver
 from tests.support.webhooks import Webhooks, webhooks
 
 from outbox_adapters.cli import main
 from outbox_core.messages import Mark
-from outbox_core.signing import WebhookSecret
+from outbox_core.signing import WebhookSecret, verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
@@ -188,3 +190,46 @@ def test_deliveries_are_grouped_by_error_and_replay_makes_due_deliveries(dsn):
     assert "is disabled (gone)" in one_line_error(refused)
     both = outbox("replay", "7", "--failed", "--since", "2000-01-01", "--database-url", dsn)
     assert both.exit_code == 2
+
+
+def test_worker_lane_webhooks_drains_the_outbox_delivers_signed_and_exits(dsn):
+    """`outbox endpoints add` → `outbox enqueue webhook` → `outbox worker --lane webhooks --drain`
+    → `outbox deliveries --json`: the whole path from the command line, to a real receiver."""
+    with HttpReceiver() as hook:
+        made = outbox(
+            "endpoints", "add", "--database-url", dsn, "--url", hook.url(),
+            "--event-type", "invoice.paid", *LOCAL, "--json",
+        )  # fmt: skip
+        assert made.exit_code == 0, made.output
+        secret = json.loads(made.stdout)["secret"]
+        for n in range(3):
+            queued = outbox(
+                "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+                "--data", json.dumps({"invoice": n}),
+            )  # fmt: skip
+            assert queued.exit_code == 0, queued.output
+        ran = outbox(
+            "worker", "--lane", "webhooks", "--database-url", dsn, "--drain", "--no-listen",
+            "--no-leader", "--poll-interval", "0.05",
+            env={"OUTBOX_ALLOW_DESTINATION": "127.0.0.0/8", "OUTBOX_ALLOW_HTTP": "1"},
+        )  # fmt: skip
+        assert ran.exit_code == 0, ran.output
+        assert "allowed anyway: 127.0.0.0/8" in ran.stdout
+        assert "first_attempts: claimed 3, dispatched 3" in ran.stdout
+        assert len(hook.requests) == 3
+        key = WebhookSecret.parse(secret)
+        for request in hook.requests:
+            verify(request.headers, request.body, [key], now=int(time.time()))
+    report = json.loads(outbox("deliveries", "--database-url", dsn, "--json").stdout)
+    assert report["by_status"] == {"dispatched": 3}
+
+
+def test_worker_lane_webhooks_refuses_http_in_production_naming_the_option(dsn):
+    ran = CliRunner().invoke(
+        main,
+        ["worker", "--lane", "webhooks", "--database-url", dsn, "--drain", "--allow-http",
+         "--environment", "production"],
+    )  # fmt: skip
+    assert ran.exit_code == 2
+    assert "--allow-http" in ran.output
+    assert "https:// URLs only in production" in ran.output

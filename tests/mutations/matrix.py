@@ -18,6 +18,10 @@ from outbox_adapters.http import guard as http_guard
 from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.tables import outbox_message
+from outbox_adapters.postgres.webhooks import FanOut as _FanOut
+from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository
+from outbox_adapters.postgres.webhooks import event_of as _event_of
+from outbox_adapters.postgres.webhooks import statements as _webhook_statements
 from outbox_adapters.runtime import marking as worker
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.smtp import mailer as smtp_mailer
@@ -284,24 +288,11 @@ MUTANTS += (
     ),
 )
 
-BY_NAME: dict[str, Mutant] = {mutant.name: mutant for mutant in MUTANTS}
-
-
-def apply(name: str, setattr_: Callable[[object, str, object], None] = setattr) -> Mutant:
-    mutant = BY_NAME[name]
-    target, attribute, value = mutant.patch
-    setattr_(target, attribute, value)
-    return mutant
-
 
 # --- webhooks: the PostgreSQL model (ADR 0017) ----------------------------------------------------
 # The fan-out's transaction, the birth lease of the deliveries it makes, and the fenced mark on the
 # deliveries table (the generic MARK template, which the deliveries' store renders too).
 
-from outbox_adapters.postgres.webhooks import FanOut as _FanOut  # noqa: E402
-from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository  # noqa: E402
-from outbox_adapters.postgres.webhooks import event_of as _event_of  # noqa: E402
-from outbox_adapters.postgres.webhooks import statements as _webhook_statements  # noqa: E402
 
 WEBHOOK_FAN_OUT = "tests/integration/test_webhook_fan_out.py"
 
@@ -363,4 +354,12 @@ MUTANTS += (
         _replace("MARK", "  AND claim_token = %(token)s\n", ""),
     ),
 )
-BY_NAME.update({mutant.name: mutant for mutant in MUTANTS})  # the block above is after BY_NAME
+
+BY_NAME: dict[str, Mutant] = {mutant.name: mutant for mutant in MUTANTS}
+
+
+def apply(name: str, setattr_: Callable[[object, str, object], None] = setattr) -> Mutant:
+    mutant = BY_NAME[name]
+    target, attribute, value = mutant.patch
+    setattr_(target, attribute, value)
+    return mutant

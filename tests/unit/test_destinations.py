@@ -275,3 +275,13 @@ def test_every_address_is_judged_and_blocked_ones_say_why(address):
     # The allow-list of the address itself always lets it through.
     allow = (ipaddress.ip_network(judged),)
     assert judge(address, allow) is None
+
+
+def test_the_guard_describes_its_policy_in_one_line() -> None:
+    from outbox_adapters.http import DestinationGuard  # noqa: PLC0415 - the adapter under test
+
+    line = DestinationGuard(allow=("127.0.0.0/8",), require_https=False).describe()
+    assert "http and https" in line
+    assert "allowed anyway: 127.0.0.0/8" in line
+    assert "https only" in DestinationGuard().describe()
+    assert "allowed anyway: none" in DestinationGuard().describe()

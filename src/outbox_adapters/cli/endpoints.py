@@ -1,17 +1,14 @@
 """``outbox endpoints add|list|disable|enable|rotate-secret``: the webhook endpoints (ADR 0017).
 
-A new endpoint's URL passes a registration check first (:func:`_check_url`); its first secret is
+A new endpoint's URL passes the destination guard's registration check first (ADR 0016); its first secret is
 drawn here (``secrets.token_bytes(32)``) and printed once, as ``whsec_...``: the receiver needs it
 to verify signatures, and the library never shows it again. ``--json`` prints one JSON document.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import secrets
-import socket
-import urllib.parse
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,6 +24,7 @@ from outbox_adapters.cli.options import (
     run,
     setting_error,
 )
+from outbox_adapters.http import DestinationGuard
 from outbox_adapters.postgres.webhooks import (
     DEFAULT_SECRET_OVERLAP,
     Endpoint,
@@ -34,10 +32,17 @@ from outbox_adapters.postgres.webhooks import (
     WebhookRefused,
     WebhookRepository,
 )
-from outbox_core.errors import InvalidMessage
+from outbox_core.errors import BlockedDestination, ConfigurationError, InvalidMessage
 from outbox_core.signing import WebhookSecret
 
-__all__ = ["allow_options", "endpoint_json", "endpoints_group", "json_option", "when"]
+__all__ = [
+    "allow_options",
+    "destination_guard",
+    "endpoint_json",
+    "endpoints_group",
+    "json_option",
+    "when",
+]
 
 
 def json_option(command: Any) -> Any:  # noqa: ANN401 - a click decorator
@@ -80,42 +85,22 @@ def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
     }
 
 
-def _check_url(url: str, allow: Sequence[str], *, allow_http: bool) -> None:
-    """The registration check of an endpoint URL, in ONE place.
-
-    TODO(webhooks-http): replace the body with
-    ``await outbox_adapters.http.DestinationGuard(allow=allow, require_https=not allow_http)
-    .check_registration(url)`` once that guard lands; this interim check applies the same rules in
-    short (scheme, no userinfo, every resolved address public or allowed).
-    """
-    option_name, env = "--url", "OUTBOX_ENDPOINT_URL"
+def destination_guard(allow: Sequence[str], *, allow_http: bool) -> DestinationGuard:
+    """The guard of ``--allow-destination`` / ``--allow-http`` (one place for every command)."""
     try:
-        networks = [ipaddress.ip_network(cidr, strict=False) for cidr in allow]
-    except ValueError as exc:
+        return DestinationGuard(allow=tuple(allow), require_https=not allow_http)
+    except ConfigurationError as exc:
         raise setting_error("--allow-destination", "OUTBOX_ALLOW_DESTINATION", str(exc)) from None
-    parts = urllib.parse.urlsplit(url)
-    schemes = ("https", "http") if allow_http else ("https",)
-    if parts.scheme not in schemes:
-        raise setting_error(option_name, env, f"the scheme must be {' or '.join(schemes)}")
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise setting_error(option_name, env, "a webhook URL may not carry user information")
-    host = parts.hostname
-    if not host:
-        raise setting_error(option_name, env, "the URL has no host")
+
+
+def _check_url(url: str, allow: Sequence[str], *, allow_http: bool) -> None:
+    """The registration check of an endpoint URL: the guard's rules, and every address the host
+    resolves to now must be public or allowed (the sender checks again at every connect)."""
+    guard = destination_guard(allow, allow_http=allow_http)
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        found = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
-    except (OSError, ValueError) as exc:
-        raise setting_error(option_name, env, f"cannot resolve {host!r}: {exc}") from None
-    for text in sorted(found):
-        address = ipaddress.ip_address(str(text).split("%", 1)[0])
-        if not address.is_global and not any(address in net for net in networks):
-            raise setting_error(
-                option_name,
-                env,
-                f"destination address not allowed: {host} resolves to {address}, which is not"
-                " public (allow it with --allow-destination CIDR)",
-            )
+        run(guard.check_registration(url))
+    except BlockedDestination as exc:
+        raise setting_error("--url", "OUTBOX_ENDPOINT_URL", str(exc)) from None
 
 
 def _repository_call(database: str, call: Any) -> Any:  # noqa: ANN401

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ __all__ = [
     "option",
     "run",
     "setting_error",
+    "stop_on_signals",
 ]
 
 T = TypeVar("T")
@@ -203,3 +205,25 @@ def describe_keys(encryptor: Encryptor | None) -> str:
     return f"sealed fields: key {encryptor.active_key_id!r} seals" + (
         f", also opening {', '.join(map(repr, others))}" if others else ""
     )
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM/SIGINT ask the worker to stop: no new claim, the rows in flight finish."""
+    loop = asyncio.get_running_loop()
+    installed = []
+
+    def on_signal(name: str) -> None:
+        click.echo(f"{name}: stopping (finishing the row in flight, releasing the rest)", err=True)
+        stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # Not on Windows, and not outside the main thread: then Ctrl-C is a KeyboardInterrupt.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)

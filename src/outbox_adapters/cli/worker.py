@@ -7,17 +7,16 @@ its sessions, the sealed-field keys, and how it wakes (LISTEN, or polling alone)
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import attrs
 import click
 
+from outbox_adapters.cli.endpoints import allow_options
 from outbox_adapters.cli.options import (
     Failure,
     SettingError,
@@ -30,10 +29,12 @@ from outbox_adapters.cli.options import (
     lane_option,
     option,
     run,
-    setting_error,
+    stop_on_signals,
 )
+from outbox_adapters.cli.worker_settings import email_lane_config, email_timing, smtp_settings
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.lanes.email import EMAIL_LANE, EmailHandler, email_lane
+from outbox_adapters.lanes.email import EMAIL_LANE, EmailHandler
+from outbox_adapters.lanes.webhooks import WEBHOOK_LANE
 from outbox_adapters.postgres import (
     WAKEUP_CHANNEL,
     PostgresLeaderLease,
@@ -43,8 +44,6 @@ from outbox_adapters.postgres import (
 )
 from outbox_adapters.runtime import LaneConfig, Worker, WorkerStats
 from outbox_adapters.wakeup import Wakeup
-from outbox_core.errors import ConfigurationError, InvalidMessage
-from outbox_core.mail import validate_address
 from outbox_core.ports import Encryptor
 from outbox_core.timing import EmailStepBudgets, EmailTiming
 
@@ -71,99 +70,13 @@ class WorkerOptions:
     encryptor: Encryptor | None = None
 
 
-def _budgets(pairs: Sequence[str]) -> dict[str, float]:
-    budgets: dict[str, float] = {}
-    for pair in pairs:
-        name, _, seconds = pair.partition("=")
-        try:
-            budgets[name.strip()] = float(seconds)
-        except ValueError:
-            names = ", ".join(EmailTiming.override_names())
-            raise setting_error(
-                "--budget",
-                "OUTBOX_BUDGET",
-                f"expected STEP=SECONDS with STEP one of {names}; got {pair!r}",
-            ) from None
-    return budgets
-
-
-def _timing(budgets: Sequence[str], batch_size: int, batch_timeout: float | None) -> EmailTiming:
-    try:
-        return EmailTiming.with_overrides(
-            _budgets(budgets), batch_size=batch_size, batch_timeout=batch_timeout
-        )
-    except ConfigurationError as exc:
-        raise SettingError(f"timing (--budget, --batch-size, --batch-timeout): {exc}") from None
-
-
-def _lane_config(
-    lane: str,
-    timing: EmailTiming,
-    poll_interval: float,
-    rows_in_flight: int,
-    *,
-    group_marks: bool = False,
-) -> LaneConfig:
-    # poll_interval is already checked by click: each step below can refuse only its own option.
-    try:
-        config = email_lane(
-            lane=lane, timing=timing, poll_interval=poll_interval, rows_in_flight=rows_in_flight
-        )
-    except ConfigurationError as exc:
-        raise setting_error("--rows-in-flight", "OUTBOX_ROWS_IN_FLIGHT", str(exc)) from None
-    try:
-        return attrs.evolve(config, group_marks=group_marks)
-    except ConfigurationError as exc:
-        raise setting_error("--group-marks", "OUTBOX_GROUP_MARKS", str(exc)) from None
-
-
-def _smtp_settings(  # noqa: PLR0913 - one parameter per option
-    url: str,
-    *,
-    tls: str,
-    sender: str,
-    environment: str,
-    allow_plaintext: bool,
-    ca_file: str | None,
-    sessions: int,
-) -> SmtpSettings:
-    try:
-        from outbox_adapters.smtp import SmtpSettings  # noqa: PLC0415 - the smtp extra
-    except ImportError:
-        raise Failure(
-            "the worker needs the smtp extra: pip install 'leased-outbox[smtp]'"
-        ) from None
-    try:
-        validate_address(sender)
-    except InvalidMessage as exc:
-        raise setting_error("--sender", "OUTBOX_SENDER", str(exc)) from None
-    try:
-        settings = SmtpSettings.from_url(
-            url,
-            tls=tls,
-            sender=sender,
-            environment=environment,
-            allow_plaintext=allow_plaintext,
-            ca_file=ca_file,
-        )
-    except ConfigurationError as exc:
-        # Each message names its setting (URL, mode and environment, credentials).
-        raise SettingError(f"SMTP (--smtp-url, --smtp-tls, --environment): {exc}") from None
-    try:
-        # evolve re-runs the validators: 1..MAX_SESSIONS_LIMIT, a whole number.
-        return attrs.evolve(settings, max_sessions=sessions)
-    except ConfigurationError as exc:
-        raise setting_error("--smtp-sessions", "OUTBOX_SMTP_SESSIONS", str(exc)) from None
-
-
 @click.command("worker")
 @database_url()
 @option(
     "--smtp-url",
     env="OUTBOX_SMTP_URL",
-    required=True,
     metavar="URL",
-    help="smtp://[user:pass@]host:port of the relay.",
+    help="smtp://[user:pass@]host:port of the relay (e-mail lanes: required).",
 )
 @option(
     "--smtp-tls",
@@ -176,9 +89,8 @@ def _smtp_settings(  # noqa: PLR0913 - one parameter per option
 @option(
     "--sender",
     env="OUTBOX_SENDER",
-    required=True,
     metavar="ADDR",
-    help="The From address (DMARC-aligned).",
+    help="The From address, DMARC-aligned (e-mail lanes: required).",
 )
 @option("--sender-name", env="OUTBOX_SENDER_NAME", help="The From display name.")
 @option(
@@ -192,7 +104,7 @@ def _smtp_settings(  # noqa: PLR0913 - one parameter per option
     env="OUTBOX_ENVIRONMENT",
     default="development",
     show_default=True,
-    help="Deployment name; 'production' refuses plaintext SMTP.",
+    help="Deployment name; 'production' refuses plaintext SMTP and webhooks to http:// URLs.",
 )
 @option(
     "--smtp-ca-file",
@@ -270,7 +182,10 @@ def _smtp_settings(  # noqa: PLR0913 - one parameter per option
     metavar="STEP=SECONDS",
     help=f"Override a step budget or the lease grace (repeat): {', '.join(EmailTiming.override_names())}.",
 )
-@lane_option(EMAIL_LANE, "Lane to work.")
+@lane_option(
+    EMAIL_LANE,
+    f"Lane to work: an e-mail lane, or {WEBHOOK_LANE!r} (the webhook drainer and retry worker).",
+)
 @option(
     "--leader/--no-leader",
     env="OUTBOX_LEADER",
@@ -278,12 +193,13 @@ def _smtp_settings(  # noqa: PLR0913 - one parameter per option
     show_default=True,
     help="Hold the lane's leader lease (one worker per lane across replicas).",
 )
+@allow_options
 @encryption_keys()
 def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     database_url: str,
-    smtp_url: str,
+    smtp_url: str | None,
     smtp_tls: str,
-    sender: str,
+    sender: str | None,
     sender_name: str | None,
     allow_plaintext: bool,  # noqa: FBT001 - click passes flags positionally by name
     environment: str,
@@ -299,14 +215,35 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     budgets: tuple[str, ...],
     lane: str,
     leader: bool,  # noqa: FBT001
+    allow: tuple[str, ...],
+    allow_http: bool,  # noqa: FBT001
     encryption_keys: str | None,
     encryption_keys_file: str | None,
 ) -> None:
-    """Claim, send and mark e-mail rows until SIGTERM/SIGINT (or, with --drain, until none is due)."""
-    timing = _timing(budgets, batch_size, batch_timeout)
+    """Claim, send and mark rows until SIGTERM/SIGINT (or, with --drain, until none is due)."""
+    if lane == WEBHOOK_LANE:
+        from outbox_adapters.cli.webhook_worker import run_webhook_workers  # noqa: PLC0415
+
+        run_webhook_workers(
+            database_url,
+            allow=allow,
+            allow_http=allow_http,
+            environment=environment,
+            drain=drain,
+            leader=leader,
+            listen=listen,
+            poll_interval=poll_interval,
+        )
+        return
+    if smtp_url is None or sender is None:
+        missing = "--smtp-url (OUTBOX_SMTP_URL)" if smtp_url is None else "--sender (OUTBOX_SENDER)"
+        raise SettingError(f"{missing} is required for the e-mail lane {lane!r}")
+    timing = email_timing(budgets, batch_size, batch_timeout)
     options = WorkerOptions(
         database_url=database_url,
-        config=_lane_config(lane, timing, poll_interval, rows_in_flight, group_marks=group_marks),
+        config=email_lane_config(
+            lane, timing, poll_interval, rows_in_flight, group_marks=group_marks
+        ),
         sender=sender,
         sender_name=sender_name,
         drain=drain,
@@ -315,7 +252,7 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         steps=timing.budgets,
         encryptor=encryptor_from(encryption_keys, encryption_keys_file),
     )
-    smtp = _smtp_settings(
+    smtp = smtp_settings(
         smtp_url,
         tls=smtp_tls,
         sender=sender,
@@ -398,27 +335,5 @@ async def _work(options: WorkerOptions, smtp: SmtpSettings) -> WorkerStats:
             f"lane {config.lane}: holder {holder}, leader lease {'on' if leader else 'off'},"
             f" {'drain' if options.drain else 'until SIGTERM/SIGINT'}"
         )
-        with _stop_on_signals(worker.request_stop):
+        with stop_on_signals(worker.request_stop):
             return await worker.run(drain=options.drain)
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
-    """SIGTERM/SIGINT ask the worker to stop: no new claim, the rows in flight finish."""
-    loop = asyncio.get_running_loop()
-    installed = []
-
-    def on_signal(name: str) -> None:
-        click.echo(f"{name}: stopping (finishing the row in flight, releasing the rest)", err=True)
-        stop()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        # Not on Windows, and not outside the main thread: then Ctrl-C is a KeyboardInterrupt.
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, on_signal, sig.name)
-            installed.append(sig)
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)

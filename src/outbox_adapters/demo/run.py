@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import secrets
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from datetime import timedelta
 from email import message_from_bytes
 from email.parser import BytesHeaderParser
 from email.policy import default as default_policy
@@ -38,13 +36,20 @@ import attrs
 import psycopg
 
 from outbox_adapters.clock import SystemClock
+from outbox_adapters.demo.report import (
+    DEMO_BACKOFF,
+    DemoReport,
+    KindOutcome,
+    Recipient,
+    demo_recipients,
+)
 from outbox_adapters.demo.sink import SinkHandler, SmtpSink
+from outbox_adapters.demo.webhooks import run_webhook_demo
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresStore, enqueue_async, schema
 from outbox_adapters.postgres.embedded import find_postgres
 from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_core.backoff import SlotSchedule
 from outbox_core.timing import EmailTiming
 
 __all__ = [
@@ -56,10 +61,8 @@ __all__ = [
     "run_demo",
 ]
 
-#: Waits after the 1st, 2nd and 3rd failed attempt: four attempts in all, done in about 2 s.
-DEMO_BACKOFF: Final = SlotSchedule(
-    (timedelta(seconds=0.2), timedelta(seconds=0.5), timedelta(seconds=1.0))
-)
+#: Webhook events the demo fans out to its two local receivers.
+WEBHOOK_EVENTS: Final = 20
 DEMO_SENDER: Final = "outbox-demo@demo.example"
 #: The environment the demo's SMTP policy names (strict STARTTLS, so it makes no difference here).
 DEMO_ENVIRONMENT: Final = "demo"
@@ -107,25 +110,6 @@ GROUP BY 1
 """
 
 
-class Recipient(enum.StrEnum):
-    """What the sink does with a recipient, named by the prefix of its local part."""
-
-    OK = "user"
-    BOUNCE = "bounce"  # 550 on every try: failed at the first attempt
-    TRANSIENT = "transient"  # 451 on every try: failed when the schedule is used up
-    FLAKY = "flaky"  # 451 on the first try only: sent on the second attempt
-
-
-def demo_recipients(rows: int) -> list[tuple[Recipient, str]]:
-    """``rows`` recipients: 5% each bounce, transient and flaky, the rest plain."""
-    special = {5: Recipient.BOUNCE, 10: Recipient.TRANSIENT, 15: Recipient.FLAKY}
-    out = []
-    for number in range(rows):
-        kind = special.get(number % 20, Recipient.OK)
-        out.append((kind, f"{kind.value}{number:05d}@demo.example"))
-    return out
-
-
 class FlakySinkHandler(SinkHandler):
     """The sink's handler, plus ``flaky…`` recipients: 451 the first time an address is seen."""
 
@@ -150,101 +134,6 @@ class FlakySinkHandler(SinkHandler):
                 self._count(server, "RCPT")
                 return "451 4.3.2 Flaky demo mailbox, please try again"
         return await super().handle_RCPT(server, _session, envelope, address, rcpt_options)
-
-
-@attrs.frozen
-class KindOutcome:
-    """What the database holds for one recipient kind at the end."""
-
-    rows: int = 0
-    pending: int = 0
-    dispatched: int = 0
-    failed: int = 0
-    retried: int = 0
-    min_attempts: int = 0
-    max_attempts: int = 0
-    canary_left: int = 0
-    canary_kept: int = 0
-
-
-@attrs.frozen
-class DemoReport:
-    """The figures of one run, and the invariants they must satisfy."""
-
-    enqueued: int
-    by_kind: dict[Recipient, KindOutcome]
-    received: int
-    distinct_message_ids: int
-    links_delivered: int
-    plaintext_commands: int
-    elapsed: float
-    finished: bool
-
-    def total(self, field: str) -> int:
-        return sum(getattr(outcome, field) for outcome in self.by_kind.values())
-
-    def kind(self, kind: Recipient) -> KindOutcome:
-        return self.by_kind.get(kind, KindOutcome())
-
-    @property
-    def duplicates(self) -> int:
-        return self.received - self.distinct_message_ids
-
-    def broken(self) -> list[str]:
-        """Every invariant that does not hold, in words; empty when the run is clean."""
-        transient, flaky = self.kind(Recipient.TRANSIENT), self.kind(Recipient.FLAKY)
-        checks = [
-            (self.finished, "rows were still pending when the demo gave up"),
-            (self.total("rows") == self.enqueued, "the lane holds a different number of rows"),
-            (self.duplicates == 0, "the SMTP server received a message twice"),
-            (self.received == self.total("dispatched"), "messages received != rows dispatched"),
-            (self.links_delivered == self.received, "a received message lacked its reset link"),
-            (self.total("canary_left") == 0, "a dispatched row still holds its secret link"),
-            (self.total("canary_kept") == self.total("failed"), "a failed row lost its link"),
-            (self.plaintext_commands == 0, "an SMTP command was sent without TLS"),
-            (
-                self.total("retried") == transient.rows + flaky.rows,
-                "the rows retried are not exactly the transient and flaky ones",
-            ),
-        ]
-        # Where each kind of recipient must end, and after exactly how many attempts.
-        expected = {
-            Recipient.OK: ("dispatched", 1),
-            Recipient.BOUNCE: ("failed", 1),
-            Recipient.TRANSIENT: ("failed", DEMO_BACKOFF.max_attempts),
-            Recipient.FLAKY: ("dispatched", 2),
-        }
-        for kind, (status, attempts) in expected.items():
-            outcome = self.kind(kind)
-            holds = outcome.rows == 0 or (
-                getattr(outcome, status) == outcome.rows
-                and outcome.min_attempts == outcome.max_attempts == attempts
-            )
-            checks.append(
-                (holds, f"{kind.value} rows did not all end {status} after {attempts} attempt(s)")
-            )
-        return [reason for holds, reason in checks if not holds]
-
-    def table(self) -> str:
-        rate = self.enqueued / self.elapsed if self.elapsed > 0 else 0.0
-        lines = [
-            ("enqueued", self.enqueued),
-            ("sent (dispatched)", self.total("dispatched")),
-            ("failed permanent (550 bounce)", self.kind(Recipient.BOUNCE).failed),
-            ("failed after retries (451, schedule used up)", self.kind(Recipient.TRANSIENT).failed),
-            ("retried (needed more than one attempt)", self.total("retried")),
-            ("still pending", self.total("pending")),
-            ("messages received by the sink", self.received),
-            ("duplicates seen by the sink", self.duplicates),
-            ("dispatched rows still holding the canary", self.total("canary_left")),
-            ("plaintext SMTP commands", self.plaintext_commands),
-            (
-                "elapsed (workers started .. last row done)",
-                f"{self.elapsed:.2f} s ({rate:.0f} rows/s)",
-            ),
-        ]
-        width = max(len(label) for label, _ in lines)
-        return "\n".join(f"  {label:<{width}}  {value:>6}" for label, value in lines)
 
 
 # --- running it -----------------------------------------------------------------------------------
@@ -273,12 +162,27 @@ def run_demo(*, rows: int, database_url: str | None, out: TextIO, err: TextIO) -
             report = asyncio.run(
                 _drive(server.dsn, sink, lane=lane, canary=canary, rows=rows, err=err)
             )
-    out.write(report.table() + "\n")
+        out.write(report.table() + "\n")
+        if server.source == "env":
+            # The drainer and the retry lane work every webhook row of the database: never run
+            # them on a database the demo does not own.
+            out.write("webhooks: skipped (the demo does not drain webhooks of a given database)\n")
+        else:
+            webhooks = asyncio.run(run_webhook_demo(server.dsn, events=WEBHOOK_EVENTS, out=out))
+            out.write(webhooks.table() + "\n")
+            report = attrs.evolve(report, webhooks=webhooks)
     broken = report.broken()
     if broken:
         out.write("INVARIANTS BROKEN:\n" + "".join(f"  - {reason}\n" for reason in broken))
     else:
-        out.write("invariants hold: no duplicate, no secret left in a sent row, no plaintext\n")
+        out.write(
+            "invariants hold: no duplicate, no secret left in a sent row, no plaintext"
+            + (
+                "; every webhook signature verified, 410 disabled its endpoint\n"
+                if report.webhooks
+                else "\n"
+            )
+        )
     out.flush()
     return report
 

@@ -79,6 +79,15 @@ class DestinationGuard:
         self.policy = DestinationPolicy.of(allow, require_https=require_https)
         self._resolver: Resolver = system_resolver if resolver is None else resolver
 
+    def describe(self) -> str:
+        """One line for a worker to print at start."""
+        allowed = ", ".join(str(network) for network in self.policy.allow) or "none"
+        scheme = "https only" if self.policy.require_https else "http and https"
+        return (
+            f"webhook destinations: {scheme}; loopback, private, link-local, CGNAT, multicast and"
+            f" reserved addresses blocked, checked at every connect; allowed anyway: {allowed}"
+        )
+
     def check_url(self, url: str) -> Destination:
         """The URL's form and a literal host's address; raises ``BlockedDestination`` naming why."""
         return check_url(url, self.policy)

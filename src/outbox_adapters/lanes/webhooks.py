@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
+from outbox_adapters.postgres.webhooks import DELIVERY_LANE, WEBHOOK_LANE
 from outbox_adapters.runtime import LaneConfig
 from outbox_adapters.runtime.born import BornRows
 from outbox_core.backoff import WEBHOOK_BACKOFF, ExponentialBackoff
@@ -47,10 +48,6 @@ __all__ = [
     "redact_snippet",
 ]
 
-#: The webhook outbox's lane (what ``enqueue_webhook`` writes; the drainer's leader key).
-WEBHOOK_LANE: Final = "webhooks"
-#: The deliveries' lane (born leased by the fan-out; the retry worker's leader key).
-DELIVERY_LANE: Final = "webhook_deliveries"
 #: The longest wait a receiver's Retry-After (429/503) can impose on a delivery.
 RETRY_AFTER_CAP: Final = timedelta(hours=1)
 #: A fan-out that failed (the database, not a receiver) is tried again soon, a few times.

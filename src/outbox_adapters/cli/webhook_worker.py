@@ -1,0 +1,132 @@
+"""``outbox worker --lane webhooks``: the webhook drainer, the deliveries' first attempts and the
+retry worker of this process, until SIGTERM/SIGINT (or, with ``--drain``, until nothing is due)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator, Sequence
+
+import attrs
+import click
+
+from outbox_adapters.cli.endpoints import destination_guard
+from outbox_adapters.cli.options import (
+    Failure,
+    SettingError,
+    connection_pool,
+    database_errors,
+    run,
+    setting_error,
+    stop_on_signals,
+)
+from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
+from outbox_adapters.lanes.webhook_workers import WebhookStats, WebhookWorkers
+from outbox_adapters.lanes.webhooks import WEBHOOK_LANE, delivery_lane, drain_lane
+from outbox_adapters.postgres import WAKEUP_CHANNEL, WakeupListener, schema
+from outbox_adapters.runtime import LaneConfig
+from outbox_adapters.wakeup import Wakeup
+from outbox_core.errors import ConfigurationError
+
+__all__ = ["run_webhook_workers"]
+
+
+def _guard(allow: Sequence[str], *, allow_http: bool, environment: str) -> DestinationGuard:
+    if allow_http and environment.strip().casefold() == "production":
+        raise setting_error(
+            "--allow-http", "OUTBOX_ALLOW_HTTP", "webhooks go to https:// URLs only in production"
+        )
+    return destination_guard(allow, allow_http=allow_http)
+
+
+def run_webhook_workers(  # noqa: PLR0913 - the worker command's options for this lane
+    database_url: str,
+    *,
+    allow: Sequence[str],
+    allow_http: bool,
+    environment: str,
+    drain: bool,
+    leader: bool,
+    listen: bool,
+    poll_interval: float,
+) -> None:
+    guard = _guard(allow, allow_http=allow_http, environment=environment)
+    try:
+        drain_config = drain_lane(poll_interval=poll_interval)
+        delivery_config = delivery_lane(poll_interval=poll_interval)
+    except ConfigurationError as exc:
+        raise SettingError(f"webhook lanes: {exc}") from None
+    click.echo(f"drainer timing: {drain_config.timing.describe()}")
+    click.echo(f"deliveries timing: {delivery_config.timing.describe()}")
+    click.echo(guard.describe())
+    with database_errors():
+        problems = schema.verify(database_url)
+    if problems:
+        raise Failure(f"the outbox schema is incomplete ({problems[0]}): run `outbox schema apply`")
+    stats = run(
+        _work(
+            database_url,
+            guard,
+            drain_config,
+            delivery_config,
+            drain=drain,
+            leader=leader,
+            listen=listen,
+        )
+    )
+    for part in ("drainer", "first_attempts", "retries"):
+        figures = attrs.asdict(getattr(stats, part))
+        click.echo(f"{part}: " + ", ".join(f"{k} {v}" for k, v in figures.items() if v))
+    click.echo(f"endpoints disabled: {stats.endpoints_disabled}")
+
+
+@contextlib.asynccontextmanager
+async def _wakeup(database_url: str, *, listen: bool) -> AsyncIterator[Wakeup | None]:
+    if not listen:
+        yield None
+        return
+    listener = WakeupListener(database_url)
+    try:
+        await listener.start()
+    except TimeoutError:
+        raise Failure("cannot use the database (--database-url): LISTEN timed out") from None
+    try:
+        click.echo(f"wake-up: LISTEN {WAKEUP_CHANNEL} (polling stays the fallback)")
+        yield listener.wakeup(WEBHOOK_LANE)
+    finally:
+        await listener.aclose()
+
+
+async def _work(  # noqa: PLR0913 - the validated settings
+    database_url: str,
+    guard: DestinationGuard,
+    drain_config: LaneConfig,
+    delivery_config: LaneConfig,
+    *,
+    drain: bool,
+    leader: bool,
+    listen: bool,
+) -> WebhookStats:
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    # Claims and marks of two lanes, the leader lease, and up to 32 first attempts' marks.
+    async with (
+        connection_pool(database_url, max_size=12) as pool,
+        _wakeup(database_url, listen=listen) as wakeup,
+        HttpxWebhookSender(guard) as sender,
+    ):
+        workers = WebhookWorkers(
+            pool,
+            sender,
+            drain_config=drain_config,
+            delivery_config=delivery_config,
+            leader=leader,
+            holder=holder,
+            wakeup=wakeup,
+        )
+        click.echo(
+            f"lanes webhooks + webhook_deliveries: holder {holder}, leader lease"
+            f" {'on' if leader else 'off'}, {'drain' if drain else 'until SIGTERM/SIGINT'}"
+        )
+        with stop_on_signals(workers.request_stop):
+            return await workers.run(drain=drain)

@@ -1,0 +1,108 @@
+"""The e-mail worker's settings from its options, each refusal naming its option (``outbox worker``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from outbox_adapters.cli.options import Failure, SettingError, setting_error
+from outbox_adapters.lanes.email import email_lane
+from outbox_adapters.runtime import LaneConfig
+from outbox_core.errors import ConfigurationError, InvalidMessage
+from outbox_core.mail import validate_address
+from outbox_core.timing import EmailTiming
+
+if TYPE_CHECKING:
+    # The smtp extra is imported when the command runs, so `outbox schema sql` works without it.
+    from outbox_adapters.smtp import SmtpSettings
+
+__all__ = ["budget_overrides", "email_lane_config", "email_timing", "smtp_settings"]
+
+
+def budget_overrides(pairs: Sequence[str]) -> dict[str, float]:
+    budgets: dict[str, float] = {}
+    for pair in pairs:
+        name, _, seconds = pair.partition("=")
+        try:
+            budgets[name.strip()] = float(seconds)
+        except ValueError:
+            names = ", ".join(EmailTiming.override_names())
+            raise setting_error(
+                "--budget",
+                "OUTBOX_BUDGET",
+                f"expected STEP=SECONDS with STEP one of {names}; got {pair!r}",
+            ) from None
+    return budgets
+
+
+def email_timing(
+    budgets: Sequence[str], batch_size: int, batch_timeout: float | None
+) -> EmailTiming:
+    try:
+        return EmailTiming.with_overrides(
+            budget_overrides(budgets), batch_size=batch_size, batch_timeout=batch_timeout
+        )
+    except ConfigurationError as exc:
+        raise SettingError(f"timing (--budget, --batch-size, --batch-timeout): {exc}") from None
+
+
+def email_lane_config(
+    lane: str,
+    timing: EmailTiming,
+    poll_interval: float,
+    rows_in_flight: int,
+    *,
+    group_marks: bool = False,
+) -> LaneConfig:
+    # poll_interval is already checked by click: each step below can refuse only its own option.
+    try:
+        config = email_lane(
+            lane=lane, timing=timing, poll_interval=poll_interval, rows_in_flight=rows_in_flight
+        )
+    except ConfigurationError as exc:
+        raise setting_error("--rows-in-flight", "OUTBOX_ROWS_IN_FLIGHT", str(exc)) from None
+    try:
+        return attrs.evolve(config, group_marks=group_marks)
+    except ConfigurationError as exc:
+        raise setting_error("--group-marks", "OUTBOX_GROUP_MARKS", str(exc)) from None
+
+
+def smtp_settings(  # noqa: PLR0913 - one parameter per option
+    url: str,
+    *,
+    tls: str,
+    sender: str,
+    environment: str,
+    allow_plaintext: bool,
+    ca_file: str | None,
+    sessions: int,
+) -> SmtpSettings:
+    try:
+        from outbox_adapters.smtp import SmtpSettings  # noqa: PLC0415 - the smtp extra
+    except ImportError:
+        raise Failure(
+            "the worker needs the smtp extra: pip install 'leased-outbox[smtp]'"
+        ) from None
+    try:
+        validate_address(sender)
+    except InvalidMessage as exc:
+        raise setting_error("--sender", "OUTBOX_SENDER", str(exc)) from None
+    try:
+        settings = SmtpSettings.from_url(
+            url,
+            tls=tls,
+            sender=sender,
+            environment=environment,
+            allow_plaintext=allow_plaintext,
+            ca_file=ca_file,
+        )
+    except ConfigurationError as exc:
+        # Each message names its setting (URL, mode and environment, credentials).
+        raise SettingError(f"SMTP (--smtp-url, --smtp-tls, --environment): {exc}") from None
+    try:
+        # evolve re-runs the validators: 1..MAX_SESSIONS_LIMIT, a whole number.
+        return attrs.evolve(settings, max_sessions=sessions)
+    except ConfigurationError as exc:
+        raise setting_error("--smtp-sessions", "OUTBOX_SMTP_SESSIONS", str(exc)) from None
