@@ -54,11 +54,12 @@ def workers(wh: Webhooks, sender: HttpxWebhookSender, **delivery: Any) -> Webhoo
     )
 
 
-async def until(check: Any, *, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
+async def until(check: Any) -> None:  # noqa: ANN401 - an async predicate
+    """Wait (15 s at most) until ``await check()`` holds."""
+    deadline = time.monotonic() + 15.0
     while not await check():
         if time.monotonic() > deadline:
-            raise AssertionError("the condition did not hold in time")
+            raise AssertionError("the condition did not hold within 15 s")
         await asyncio.sleep(0.05)
 
 
