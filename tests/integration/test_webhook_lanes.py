@@ -54,7 +54,7 @@ def workers(wh: Webhooks, sender: HttpxWebhookSender, **delivery: Any) -> Webhoo
     )
 
 
-async def until(check: Any) -> None:  # noqa: ANN401 - an async predicate
+async def until(check: Any) -> None:
     """Wait (15 s at most) until ``await check()`` holds."""
     deadline = time.monotonic() + 15.0
     while not await check():
