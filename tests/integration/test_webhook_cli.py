@@ -83,9 +83,9 @@ def test_endpoints_add_prints_the_id_and_a_whsec_secret_and_list_shows_it_withou
 @pytest.mark.parametrize(
     ("url", "extra", "why"),
     [
-        ("http://169.254.169.254/latest", LOCAL, "not public"),
-        ("http://10.0.0.1/hook", LOCAL, "not public"),
-        ("http://127.0.0.1:9/hook", (), "scheme must be https"),
+        ("http://169.254.169.254/latest", LOCAL, "link-local (cloud metadata)"),
+        ("http://10.0.0.1/hook", LOCAL, "private address 10.0.0.1"),
+        ("http://127.0.0.1:9/hook", (), "https is required"),
         ("https://user:pw@127.0.0.1/hook", LOCAL, "user information"),
         ("https://127.0.0.1/hook", ("--allow-destination", "not-a-cidr"), "--allow-destination"),
     ],

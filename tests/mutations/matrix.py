@@ -317,7 +317,7 @@ async def _fan_out_in_two_transactions(
         async with conn.transaction():
             if not await self._mark_drained(conn, row):
                 return _FanOut(marked=False)
-            deliveries = await self._born_deliveries(
+            _ids, deliveries = await self._born_deliveries(
                 conn, event_id=event_id, event_type=event_type, endpoint_id=None,
                 birth_lease=birth_lease, birth_token=birth_token,
             )  # fmt: skip

@@ -8,7 +8,6 @@ in-process: they are born with a zero birth lease, due at once for the webhook r
 from __future__ import annotations
 
 import json
-import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,7 +25,6 @@ from outbox_adapters.cli.options import (
 from outbox_adapters.postgres.webhooks import DeliveryReport, Replay, enqueue_webhook
 from outbox_core.delivery import Status
 from outbox_core.errors import InvalidMessage
-from outbox_core.messages import ClaimToken
 
 __all__ = ["deliveries_command", "enqueue_webhook_command", "replay_command"]
 
@@ -150,7 +148,7 @@ def _replay_json(replay: Replay) -> dict[str, Any]:
         "replay_of": replay.replay_of,
         "msg_id": replay.msg_id,
         "endpoint_id": replay.endpoint_id,
-        "deliveries": [d.id for d in replay.deliveries],
+        "deliveries": list(replay.delivery_ids),
         "resumed": replay.resumed,
     }
 
@@ -186,8 +184,9 @@ def replay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
 ) -> None:
     """Replay an event (to --endpoint, or to every endpoint of its type), or with --failed the
     failed deliveries of a time range. A replay interrupted earlier is completed, never doubled."""
-    token = ClaimToken.from_entropy(secrets.token_bytes(16))
-    lease = {"birth_lease": _NO_BIRTH_LEASE, "birth_token": token}
+    # No process here makes a first attempt: the deliveries are due at once for the retry lane of
+    # `outbox worker --lane webhooks` (no birth lease, no claim, no attempt counted).
+    lease: dict[str, Any] = {"birth_lease": _NO_BIRTH_LEASE, "birth_token": None}
     if failed:
         if event_id is not None:
             raise SettingError("give an EVENT_ID or --failed with --since, not both")
@@ -218,5 +217,5 @@ def replay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         verb = "completed the interrupted replay of" if r.resumed else "replayed"
         click.echo(
             f"{verb} event {r.replay_of} as event {r.event_id} ({r.msg_id}):"
-            f" {len(r.deliveries)} delivery(ies) due now"
+            f" {len(r.delivery_ids)} delivery(ies) due now"
         )

@@ -170,6 +170,9 @@ class Replay:
     msg_id: str
     #: ``None``: every enabled endpoint subscribed to the event's type.
     endpoint_id: int | None
+    #: Every delivery this replay made.
+    delivery_ids: tuple[int, ...]
+    #: Those born leased to this process for their first attempt (none from the CLI).
     deliveries: tuple[ClaimedRow, ...]
     #: True when this completed a clone an interrupted replay had left open.
     resumed: bool

@@ -105,7 +105,7 @@ class WebhookRepository(EndpointOps):
             if not await self._mark_drained(conn, row):
                 return FanOut(marked=False)
             event_id, msg_id = await self._insert_event(conn, row, event_type, data)
-            deliveries = await self._born_deliveries(
+            _ids, deliveries = await self._born_deliveries(
                 conn,
                 event_id=event_id,
                 event_type=event_type,
@@ -145,8 +145,9 @@ class WebhookRepository(EndpointOps):
         event_type: str,
         endpoint_id: int | None,
         birth_lease: timedelta,
-        birth_token: ClaimToken,
-    ) -> tuple[ClaimedRow, ...]:
+        birth_token: ClaimToken | None,
+    ) -> tuple[tuple[int, ...], tuple[ClaimedRow, ...]]:
+        """The deliveries' ids, and those born leased to this process (none without a token)."""
         records = await _all(
             conn,
             statements.BORN_DELIVERIES,
@@ -156,10 +157,12 @@ class WebhookRepository(EndpointOps):
                 "event_type": event_type,
                 "endpoint_id": endpoint_id,
                 "birth_lease": birth_lease,
-                "token": birth_token.value,
+                "token": None if birth_token is None else birth_token.value,
             },
         )
-        return _claimed(records, birth_token)
+        ids = tuple(int(r["id"]) for r in records)
+        # No token: due rows for the retry lane, none of them this process's to attempt.
+        return ids, () if birth_token is None else _claimed(records, birth_token)
 
     # --- one attempt's target ----------------------------------------------------------------------
 
@@ -194,11 +197,12 @@ class WebhookRepository(EndpointOps):
         *,
         endpoint_id: int | None = None,
         birth_lease: timedelta,
-        birth_token: ClaimToken,
+        birth_token: ClaimToken | None,
     ) -> Replay:
         """Replay ``event_id`` to ``endpoint_id`` (or to every enabled endpoint subscribed to its
         type): the clone commits first, then its born-leased deliveries and its completion in one
-        transaction. Re-running a replay that was interrupted in between completes its open
+        transaction. With ``birth_token=None`` (no first attempt in this process: the CLI) the
+        deliveries are due rows for the retry lane instead, no attempt counted. Re-running a replay that was interrupted in between completes its open
         clone (same scope) instead of making a second one. Refused (:class:`WebhookRefused`,
         nothing written) for an unknown event, an unknown or disabled endpoint, an endpoint not
         subscribed to the type, or no endpoint to send to."""
@@ -223,8 +227,9 @@ class WebhookRepository(EndpointOps):
             async with conn.transaction():
                 current = await _one(conn, statements.EVENT, {"id": clone["id"]})
                 deliveries: tuple[ClaimedRow, ...] = ()
+                ids: tuple[int, ...] = ()
                 if current is not None and current["replay_completed_at"] is None:
-                    deliveries = await self._born_deliveries(
+                    ids, deliveries = await self._born_deliveries(
                         conn,
                         event_id=clone["id"],
                         event_type=clone["event_type"],
@@ -238,6 +243,7 @@ class WebhookRepository(EndpointOps):
             replay_of=event_id,
             msg_id=clone["msg_id"],
             endpoint_id=endpoint_id,
+            delivery_ids=ids,
             deliveries=deliveries,
             resumed=resumed,
         )
@@ -274,7 +280,7 @@ class WebhookRepository(EndpointOps):
         before: datetime | None = None,
         endpoint_id: int | None = None,
         birth_lease: timedelta,
-        birth_token: ClaimToken,
+        birth_token: ClaimToken | None,
     ) -> list[Replay]:
         """Replay every delivery that failed in ``[since, before)`` (to ``endpoint_id`` only, when
         given), one replay per (event, endpoint). Deliveries to a disabled endpoint are left alone

@@ -45,15 +45,17 @@ RETURNING id, created_at
 #: legacy branch of the claim takes at once, so the retry worker would race the first attempt;
 #: never now: due at once, the same race). The retry worker's claim can't take the row before the
 #: birth lease runs out. A (event, endpoint) pair that has a delivery already gets no second one.
+#: With no token (a replay from the CLI, where no process makes a first attempt) the rows are plain
+#: due rows for the retry lane instead: no attempt counted, no claim, due after ``birth_lease`` (0).
 BORN_DELIVERIES = """
 INSERT INTO outbox_webhook_delivery
     (lane, payload, attempts, next_attempt_at, claim_token, claimed_at, event_id, endpoint_id)
 SELECT %(lane)s,
        jsonb_build_object('event_id', %(event_id)s::bigint, 'endpoint_id', e.id),
-       1,
+       CASE WHEN %(token)s::text IS NULL THEN 0 ELSE 1 END,
        now() + %(birth_lease)s::interval,
-       %(token)s,
-       now(),
+       %(token)s::text,
+       CASE WHEN %(token)s::text IS NULL THEN NULL ELSE now() END,
        %(event_id)s,
        e.id
 FROM outbox_webhook_endpoint AS e
