@@ -191,3 +191,22 @@ async def test_the_stored_snippet_keeps_the_status_and_never_a_secret_or_signatu
 async def _statuses(wh: Webhooks, status: str) -> bool:
     rows = await wh.rows("SELECT status FROM outbox_webhook_delivery")
     return bool(rows) and all(row[0] == status for row in rows)
+
+
+async def test_a_delivery_whose_endpoint_was_disabled_is_skipped_and_listed_as_missed(
+    wh: Webhooks,
+) -> None:
+    with HttpReceiver() as hook:
+        endpoint = await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=new_secret())
+        fan = await wh.drained("invoice.paid", invoice=5)
+        await wh.repo.disable_endpoint(endpoint.id, "maintenance")
+        async with HttpxWebhookSender(GUARD) as sender:
+            pipeline = workers(wh, sender)
+            pipeline.first_attempts.start(fan.deliveries, born_at=time.monotonic())
+            await pipeline.first_attempts.wait()
+        assert hook.requests == []  # nothing is sent to a disabled endpoint
+    assert await wh.rows("SELECT status, last_error FROM outbox_webhook_delivery") == [
+        ("skipped", "endpoint disabled; re-enable it and replay what it missed")
+    ]
+    missed = await wh.repo.enable_endpoint(endpoint.id)
+    assert missed.event_ids == (fan.event_id,)

@@ -208,12 +208,20 @@ RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_
 MISSED_EVENTS = """
 SELECT ev.id
 FROM outbox_webhook_event AS ev
-WHERE ev.created_at >= %(since)s::timestamptz
-  AND (ev.event_type = ANY(%(event_types)s::text[]) OR '*' = ANY(%(event_types)s::text[]))
+WHERE (ev.event_type = ANY(%(event_types)s::text[]) OR '*' = ANY(%(event_types)s::text[]))
   AND ev.replay_of IS NULL
-  AND NOT EXISTS (
-      SELECT FROM outbox_webhook_delivery AS d
-      WHERE d.event_id = ev.id AND d.endpoint_id = %(endpoint_id)s
+  AND (
+      -- made while it was disabled: the fan-out left it out
+      (ev.created_at >= %(since)s::timestamptz AND NOT EXISTS (
+          SELECT FROM outbox_webhook_delivery AS d
+          WHERE d.event_id = ev.id AND d.endpoint_id = %(endpoint_id)s
+      ))
+      -- or made before, and its delivery skipped because the endpoint was disabled by then
+      OR EXISTS (
+          SELECT FROM outbox_webhook_delivery AS d
+          WHERE d.event_id = ev.id AND d.endpoint_id = %(endpoint_id)s AND d.status = 'skipped'
+            AND d.resolved_at >= %(since)s::timestamptz
+      )
   )
 ORDER BY ev.id
 """
