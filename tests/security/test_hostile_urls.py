@@ -40,11 +40,16 @@ def canary() -> Iterator[CanaryListener]:
         yield listening
 
 
+#: Hostile cases run so far in this module, for the figure line of the last test.
+CASES = {"run": 0}
+
+
 @pytest.fixture(autouse=True)
 def _canary_untouched(canary: CanaryListener) -> Iterator[None]:
     before = canary.connections
     yield
     assert canary.connections == before == 0, "a connection reached the canary"
+    CASES["run"] += 1
 
 
 def at_canary(url: str, port: int) -> str:
@@ -213,3 +218,10 @@ def test_any_spelling_of_any_blocked_address_is_refused_at_connect(canary, addre
     with pytest.raises(BlockedDestination):
         asyncio.run(backend.connect_tcp(host.strip("[]"), canary.port, timeout=2))
     assert backend.connections == 0
+
+
+def test_the_figure_line_counts_every_case_and_no_connection(canary, report):
+    """Last in the module: the promise's figure over every case above (each checked the canary)."""
+    assert CASES["run"] >= len(HOSTILE_URLS)
+    assert canary.connections == 0
+    report(f"P5 hostile_cases={CASES['run']} canary_connections={canary.connections}")
