@@ -5,7 +5,8 @@ From ``tests/conftest.py``: ``dsn`` (the session's database, schema applied), ``
 
 - ``empty_outbox``: every ``outbox_*`` table truncated before the test, for modules that count
   rows across lanes (``pytestmark = [..., pytest.mark.usefixtures("empty_outbox")]``);
-- ``engine`` / ``async_engine``: SQLAlchemy engines on ``dsn``, for the handle types enqueue takes.
+- ``engine`` / ``async_engine``: SQLAlchemy engines on ``dsn``, for the handle types enqueue takes;
+- ``wh``: the webhook tables' repository and stores on one small pool (tests/support/webhooks.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from tests.support.postgres import empty_outbox as truncate_outbox
+from tests.support.webhooks import Webhooks, webhooks
 
 
 @pytest.fixture
@@ -41,3 +43,9 @@ async def async_engine(dsn: str) -> AsyncIterator[AsyncEngine]:
     made = create_async_engine("postgresql+psycopg://", async_creator=connect)
     yield made
     await made.dispose()
+
+
+@pytest.fixture
+async def wh(dsn: str) -> AsyncIterator[Webhooks]:
+    async with webhooks(dsn) as made:
+        yield made

@@ -25,11 +25,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tests.support.cli import one_line_error, outbox
 from tests.support.postgres import query
 
-from outbox_adapters.cli import main
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.postgres import outbox_message, schema, statements
 
@@ -48,20 +48,6 @@ def empty_database(postgres_dsn: str) -> Iterator[str]:
     yield make_conninfo("", **{**conninfo_to_dict(postgres_dsn), "dbname": name})
     with psycopg.connect(postgres_dsn, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
-def outbox(*args: str, env: dict[str, str] | None = None) -> Result:
-    # catch_exceptions=False: an unexpected exception fails the test with its traceback.
-    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
-
-
-def one_line_error(result: Result) -> str:
-    """The error a user sees: exactly one line on stderr, no traceback."""
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("Error: ")
-    return lines[0]
 
 
 def enqueue_email(dsn: str, lane: str, to: str, *extra: str) -> int:

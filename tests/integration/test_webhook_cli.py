@@ -15,7 +15,8 @@ from typing import Any
 
 import attrs
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
+from tests.support.cli import one_line_error, outbox
 from tests.support.postgres import query
 from tests.support.receivers import HttpReceiver
 from tests.support.webhooks import Webhooks, webhooks
@@ -27,17 +28,6 @@ from outbox_core.signing import WebhookSecret, verify
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
 LOCAL = ("--allow-destination", "127.0.0.0/8", "--allow-http")
-
-
-def outbox(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
-
-
-def one_line_error(result: Result) -> str:
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 def steps(dsn: str, work: Callable[[Webhooks], Awaitable[Any]]) -> Any:

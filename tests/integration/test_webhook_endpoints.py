@@ -5,11 +5,10 @@ and endpoint health (disabled and its owner told once, in one transaction).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from tests.support.webhooks import BIRTH, Webhooks, new_secret, token, webhooks
+from tests.support.webhooks import BIRTH, Webhooks, new_secret, token
 
 from outbox_adapters.postgres.webhooks import Endpoint, WebhookRefused
 from outbox_adapters.postgres.webhooks import statements as webhook_statements
@@ -20,12 +19,6 @@ from outbox_core.signing import WebhookSecret
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
 TICK = timedelta(microseconds=1)
-
-
-@pytest.fixture
-async def wh(dsn: str) -> AsyncIterator[Webhooks]:
-    async with webhooks(dsn) as made:
-        yield made
 
 
 async def fail_all(wh: Webhooks, deliveries, reason: str = "HTTP 500") -> None:

@@ -9,14 +9,13 @@ tests claim and mark them through it, never through SQL of their own.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import attrs
 import psycopg
 import pytest
 from tests.support.contract import VIA
-from tests.support.webhooks import BIRTH, Webhooks, token, webhooks
+from tests.support.webhooks import BIRTH, Webhooks, token
 
 from outbox_adapters.postgres import PostgresStore, outbox_message, statements
 from outbox_adapters.postgres.enqueue import TransactionRequired
@@ -35,12 +34,6 @@ from outbox_core.ports import ClaimRequest, MarkResult
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
 TICK = timedelta(microseconds=1)
-
-
-@pytest.fixture
-async def wh(dsn: str) -> AsyncIterator[Webhooks]:
-    async with webhooks(dsn) as made:
-        yield made
 
 
 async def mark(wh: Webhooks, via: str, m: Mark) -> MarkResult:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import standardwebhooks
 from tests.support.receivers import HttpReceiver, Reply
-from tests.support.webhooks import Webhooks, new_secret, webhooks
+from tests.support.webhooks import Webhooks, new_secret
 
 from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
 from outbox_adapters.lanes.webhook_workers import WebhookWorkers
@@ -34,12 +33,6 @@ TIMING = WebhookTiming(
     lease_grace=timedelta(seconds=2),
 )
 QUICK = SlotSchedule((timedelta(seconds=0.2),) * 3, jitter_ratio=0.0)
-
-
-@pytest.fixture
-async def wh(dsn: str) -> AsyncIterator[Webhooks]:
-    async with webhooks(dsn) as made:
-        yield made
 
 
 def workers(wh: Webhooks, sender: HttpxWebhookSender, **delivery: Any) -> WebhookWorkers:

@@ -70,12 +70,7 @@ class BornRows:
         self._slots = asyncio.Semaphore(in_flight)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = asyncio.Event()
-        self.marker = Marker(
-            store,
-            mark_budget=config.mark_budget.total_seconds(),
-            jitter=jitter,
-            stale=config.stale_mark,
-        )
+        self.marker = Marker.for_lane(store, config, jitter=jitter)
         self._rows = BatchRunner(
             handler=handler,
             config=_one_row_at_a_time(config),

@@ -69,12 +69,7 @@ class Worker:
         self._jitter = jitter
         self._stopping = asyncio.Event()
         self.leadership = Leadership(leader, config, holder=self.holder, clock=self.clock)
-        self.marker = Marker(
-            store,
-            mark_budget=config.mark_budget.total_seconds(),
-            jitter=jitter,
-            stale=config.stale_mark,
-        )
+        self.marker = Marker.for_lane(store, config, jitter=jitter)
         self.batch = BatchRunner(
             handler=handler,
             config=config,

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from outbox_adapters.runtime.config import LaneConfig
 from outbox_core.backoff import MARK_RETRY
 from outbox_core.errors import StaleMark, StoreUnavailable
 from outbox_core.messages import ClaimedRow, Mark
@@ -81,6 +82,18 @@ class Marker:
         self._jitter = jitter
         #: Detached marks and releases still running; the worker waits for them at shutdown.
         self.in_flight: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    def for_lane(
+        cls, store: OutboxStore, config: LaneConfig, *, jitter: Callable[[], float]
+    ) -> Marker:
+        """The marker of a lane: its mark budget and its way of reporting a stale mark."""
+        return cls(
+            store,
+            mark_budget=config.mark_budget.total_seconds(),
+            jitter=jitter,
+            stale=config.stale_mark,
+        )
 
     async def mark(self, mark: Mark) -> MarkResult | None:
         """Record ``mark``; ``None`` when it could not be recorded within its budget."""
