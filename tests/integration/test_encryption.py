@@ -342,7 +342,7 @@ def test_keys_rotate_reseals_unsent_rows_in_batches_and_then_the_old_key_can_go(
 async def test_rotation_never_writes_back_over_a_row_a_worker_marked_meanwhile(
     dsn: str, lane: str, store: PostgresStore
 ) -> None:
-    # Mechanism: the compare-and-set on the payload digest in statements.REWRITE_PAYLOADS.
+    # Mechanism: the compare-and-set on the payload digest in operator_statements.REWRITE_PAYLOADS.
     # Without it, the secret the dispatched mark scrubbed would be written back into a sent row.
     marked, other = await enqueue_sealed(dsn, lane, OLD, "ann@example.org", "bob@example.org")
     token = ClaimToken.from_entropy(secrets.token_bytes(16))

@@ -16,7 +16,7 @@ import attrs
 
 from outbox_adapters.http import guard as http_guard
 from outbox_adapters.lanes import email as email_lane
-from outbox_adapters.postgres import statements
+from outbox_adapters.postgres import operator_statements, statements
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.postgres.webhooks import FanOut as _FanOut
 from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository
@@ -48,8 +48,8 @@ class Mutant:
     patch: tuple[object, str, object]
 
 
-def _replace(name: str, old: str, new: str) -> tuple[object, str, object]:
-    original: str = getattr(statements, name)
+def _replace(name: str, old: str, new: str, module: Any = statements) -> tuple[object, str, object]:
+    original: str = getattr(module, name)
     if old not in original:
         msg = f"mutant for statements.{name} is stale: {old!r} is not in the statement"
         raise LookupError(msg)
@@ -58,7 +58,7 @@ def _replace(name: str, old: str, new: str) -> tuple[object, str, object]:
     if statements.render(mutated, outbox_message) == statements.render(original, outbox_message):
         msg = f"mutant for statements.{name} changes nothing the store runs"
         raise LookupError(msg)
-    return (statements, name, mutated)
+    return (module, name, mutated)
 
 
 async def _attached(attempt: Callable[[], Coroutine[Any, Any, Any]], _keep: set[Any]) -> Any:
@@ -139,7 +139,10 @@ MUTANTS += (
         "drop the digest check from the rewrite",
         f"{ENCRYPTION}::test_rotation_never_writes_back_over_a_row_a_worker_marked_meanwhile",
         _replace(
-            "REWRITE_PAYLOADS", "  AND sha256(convert_to(m.payload::text, 'UTF8')) = r.digest\n", ""
+            "REWRITE_PAYLOADS",
+            "  AND sha256(convert_to(m.payload::text, 'UTF8')) = r.digest\n",
+            "",
+            operator_statements,
         ),
     ),
 )
