@@ -58,7 +58,7 @@ from outbox_adapters.runtime.born import DEFAULT_FIRST_ATTEMPTS
 from outbox_core.outcomes import OutcomeKind
 from outbox_core.signing import WebhookSecret, webhook_headers
 
-__all__ = ["measure"]
+__all__ = ["load_events", "measure", "verify_deliveries"]
 
 EVENT_TYPE: Final = "invoice.paid"
 #: Seconds one naive request may take (httpx's own default is 5).
@@ -137,7 +137,7 @@ async def _sender_only(url: str, secret: WebhookSecret, events: int) -> tuple[in
     return events, elapsed
 
 
-async def _load(dsn: str, events: int) -> None:
+async def load_events(dsn: str, events: int) -> None:
     """Empty the webhook tables (the endpoint stays) and write ``events`` events, one transaction."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(_TRUNCATE)
@@ -147,7 +147,7 @@ async def _load(dsn: str, events: int) -> None:
         await conn.execute("VACUUM ANALYZE outbox_webhook")
 
 
-async def _verify(pool: AsyncConnectionPool[Any], events: int, what: str) -> None:
+async def verify_deliveries(pool: AsyncConnectionPool[Any], events: int, what: str) -> None:
     async with pool.connection() as conn:
         deliveries = await (await conn.execute(_DELIVERIES)).fetchall()
         outbox = await (await conn.execute(_OUTBOX)).fetchall()
@@ -163,7 +163,7 @@ async def _verify(pool: AsyncConnectionPool[Any], events: int, what: str) -> Non
 async def _library(
     pool: AsyncConnectionPool[Any], dsn: str, events: int, first_attempts: int
 ) -> tuple[int, float]:
-    await _load(dsn, events)
+    await load_events(dsn, events)
     async with HttpxWebhookSender(GUARD) as sender:
         workers = WebhookWorkers(
             pool,
@@ -182,7 +182,7 @@ async def _library(
             f"webhooks {what}: first attempts dispatched {stats.first_attempts.dispatched},"
             f" retries {stats.retries.dispatched}; expected {events} and 0"
         )
-    await _verify(pool, events, what)
+    await verify_deliveries(pool, events, what)
     return events, elapsed
 
 
