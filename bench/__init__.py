@@ -8,7 +8,8 @@ naive SMTP loop, against a bare INSERT. An absolute figure from one run is never
 from another.
 
 Modules, one comparison each: :mod:`bench.dispatch`, :mod:`bench.peers`, :mod:`bench.smtp_e2e`,
-:mod:`bench.history`, :mod:`bench.enqueue`, :mod:`bench.latency`, :mod:`bench.memory`. The hand
-written protocol is :mod:`bench.raw`; results go to ``bench/results/latest.{json,md}`` and the plots
-to ``docs/benchmarks/``.
+:mod:`bench.webhooks`, :mod:`bench.history`, :mod:`bench.enqueue`, :mod:`bench.latency`,
+:mod:`bench.memory`. The hand written protocol is :mod:`bench.raw`; results go to
+``bench/results/latest.{json,md}`` and the plots to ``docs/benchmarks/``. Where the time goes:
+:mod:`bench.breakdown` (dispatch), :mod:`bench.webhook_breakdown` (the webhook workers).
 """

@@ -33,6 +33,7 @@ from bench import (
     server,
     smtp_e2e,
     variants,
+    webhooks,
 )
 from bench.settings import FULL, QUICK, Sizes
 
@@ -43,6 +44,7 @@ COMPARISONS: Final[dict[str, Callable[..., Any]]] = {
     "dispatch": dispatch.measure,
     "peers": peers.measure,
     "smtp": smtp_e2e.measure,
+    "webhooks": webhooks.measure,
     "history": history.measure,
     "enqueue": enqueue.measure,
     "latency": latency.measure,

@@ -181,6 +181,51 @@ def _smtp(r: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _versus(r: Mapping[str, Any], path: str | None, *, bold: bool) -> str:
+    if path is None:
+        return "1\N{MULTIPLICATION SIGN}"
+    cell = _cell(r, f"webhooks.{path}")
+    return f"**{cell}**" if bold else cell
+
+
+def _webhooks(r: Mapping[str, Any]) -> list[str]:
+    variant = _get(r, "webhooks.variant") or {}
+    windows = _get(r, "webhooks.duplicate_window") or {}
+    rows = [
+        ("naive", "naive", "naive_per_s", None),
+        ("naive, async", "naive_async", "naive_async_per_s", "naive_async_ratio"),
+        ("**library**", "library", "library_per_s", "ratio"),
+        (
+            "library, one first attempt in flight",
+            "library_one_in_flight",
+            "library_one_in_flight_per_s",
+            "one_in_flight_ratio",
+        ),
+        ("one reused client", "reused_client", "reused_client_per_s", "reused_client_ratio"),
+        ("sender only", "sender_only", "sender_only_per_s", "sender_only_ratio"),
+    ]
+    body = [
+        [
+            label,
+            str(variant.get(key, "")),
+            _cell(r, f"webhooks.{figure}"),
+            _versus(r, versus, bold=key == "library"),
+            str(windows.get(key, "")),
+        ]
+        for label, key, figure, versus in rows
+    ]
+    return [
+        "## Webhooks end to end (HTTP receiver in its own process)",
+        "",
+        (
+            f"{_cell(r, 'webhooks.events')} events per run, one endpoint; {variant.get('receiver', '')}."
+            f" Goal: library / naive ≥ 5."
+        ),
+        "",
+        *_table(["client", "how", "deliveries/s", "vs naive", "duplicate window"], body),
+    ]
+
+
 def _history(r: Mapping[str, Any]) -> list[str]:
     history = _get(r, "history") or {}
     body = [
@@ -294,6 +339,7 @@ _SECTIONS = {
     "dispatch": _dispatch,
     "peers": _peers,
     "smtp": _smtp,
+    "webhooks": _webhooks,
     "history": _history,
     "enqueue": _enqueue,
     "latency": _latency,

@@ -20,6 +20,8 @@ class Sizes:
     peer_rows: int
     #: Messages delivered per SMTP run.
     smtp_messages: int
+    #: Webhook events delivered per webhook run (one endpoint: one delivery each).
+    webhook_events: int
     #: Sent rows in the table for the claim-latency measurements.
     history_sizes: tuple[int, ...]
     #: Claims timed per history size and run (each takes 10 due rows).
@@ -41,6 +43,7 @@ QUICK: Final = Sizes(
     dispatch_rows=5_000,
     peer_rows=5_000,
     smtp_messages=400,
+    webhook_events=400,
     history_sizes=(0, 1_000_000),
     history_claims=200,
     churn_rows=200_000,
@@ -57,6 +60,7 @@ FULL: Final = Sizes(
     # Enough that the sessions' set-up is amortised: at 400 a run lasted under a second and its
     # ratio moved by a fifth from run to run.
     smtp_messages=2_000,
+    webhook_events=2_000,
     history_sizes=(0, 1_000_000, 5_000_000),
     history_claims=200,
     churn_rows=1_000_000,

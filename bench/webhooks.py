@@ -1,0 +1,293 @@
+"""Webhooks end to end: the naive loop a user would write vs the library's webhook workers, both
+POSTing signed events to the same local HTTP receiver in its own process.
+
+- ``naive``: ``httpx.post(url, content=body, headers=signed_headers)`` per event, in sequence:
+  the synchronous module-level function, so a new ``httpx.Client`` (and a new connection) for
+  every request. Each body is the library's own encoding of the event (:func:`event_body`) and each
+  request is signed with the Standard Webhooks headers (:func:`webhook_headers`), as the library
+  does. No database at all.
+- ``naive_async``: the same with ``async with httpx.AsyncClient() as client: await
+  client.post(...)`` per event (a new client and connection each time).
+- ``library``: N events written to the webhook outbox (one endpoint subscribed) BEFORE the clock
+  starts; the clock runs from ``WebhookWorkers.run(drain=True)`` until it returns, i.e. until every
+  delivery is dispatched: the drainer claims the events and fans each out in one transaction (the
+  event, its delivery born leased, the row's mark), the deliveries' first attempts run in this
+  process, up to 32 at once (the default), each loading its target, signing, POSTing and writing
+  its fenced mark; the retry lane then finds nothing due. A crash repeats at most the first
+  attempts in flight (32) plus the one retry row in flight.
+- ``library_one_in_flight``: ``WebhookWorkers(first_attempts=1)``: one first attempt at a time;
+  a crash repeats at most 1 first attempt plus the one retry row in flight.
+- ``reused_client``: a diagnostic: the naive loop with ONE ``httpx.Client`` for all the requests
+  (keep-alive), in sequence, no database.
+- ``sender_only``: a diagnostic: the library's ``HttpxWebhookSender`` alone, 32 POSTs in flight,
+  bodies and headers made before the clock starts, no database. The gap between it and
+  ``library`` is what the fan-out, the per-delivery target load, the marks and the runtime cost.
+
+Each run checks the receiver answered exactly N requests; for the library, that every delivery row
+ended ``dispatched`` with ``attempts = 1`` (no first attempt was handed to the retry lane) and every
+outbox row ``dispatched``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import httpx
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from bench.library import DRAIN_POLL, connection_budget
+from bench.receiver_process import ReceiverProcess
+from bench.server import fresh_database
+from bench.settings import Sizes
+from bench.stats import Figure, ratio, rotation
+from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
+from outbox_adapters.lanes.webhook_workers import WebhookWorkers
+from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
+from outbox_adapters.postgres.webhooks import (
+    WebhookRepository,
+    enqueue_webhook_async,
+    event_body,
+)
+from outbox_adapters.runtime.born import DEFAULT_FIRST_ATTEMPTS
+from outbox_core.outcomes import OutcomeKind
+from outbox_core.signing import WebhookSecret, webhook_headers
+
+__all__ = ["load_events", "measure", "verify_deliveries"]
+
+EVENT_TYPE: Final = "invoice.paid"
+#: Seconds one naive request may take (httpx's own default is 5).
+NAIVE_TIMEOUT: Final = 10.0
+#: The pool of the library's workers: the size ``outbox worker --lane webhooks`` opens.
+POOL_SIZE: Final = 12
+GUARD: Final = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
+
+_TRUNCATE: Final = (
+    "TRUNCATE outbox_webhook_delivery, outbox_webhook_event, outbox_webhook RESTART IDENTITY"
+)
+_DELIVERIES: Final = (
+    "SELECT status, attempts, count(*) FROM outbox_webhook_delivery GROUP BY 1, 2 ORDER BY 1, 2"
+)
+_OUTBOX: Final = "SELECT status, count(*) FROM outbox_webhook GROUP BY 1 ORDER BY 1"
+
+
+def _data(number: int) -> dict[str, Any]:
+    return {"invoice": f"in_{number:08d}", "amount_cents": 1200, "currency": "EUR"}
+
+
+def _signed(secret: WebhookSecret, number: int, prefix: str) -> tuple[bytes, dict[str, str]]:
+    """One event's body (the library's encoding) and its signed headers, made now."""
+    body = event_body(EVENT_TYPE, datetime.now(UTC), _data(number))
+    headers = webhook_headers(
+        [secret], msg_id=f"msg_{prefix}{number:08d}", timestamp=int(time.time()), body=body
+    )
+    return body, {"content-type": "application/json", **headers}
+
+
+def _naive(url: str, secret: WebhookSecret, events: int) -> tuple[int, float]:
+    started = time.perf_counter()
+    for number in range(events):
+        body, headers = _signed(secret, number, "naive")
+        response = httpx.post(url, content=body, headers=headers, timeout=NAIVE_TIMEOUT)
+        response.raise_for_status()
+    return events, time.perf_counter() - started
+
+
+async def _naive_async(url: str, secret: WebhookSecret, events: int) -> tuple[int, float]:
+    started = time.perf_counter()
+    for number in range(events):
+        body, headers = _signed(secret, number, "naiveasync")
+        async with httpx.AsyncClient(timeout=NAIVE_TIMEOUT) as client:
+            response = await client.post(url, content=body, headers=headers)
+        response.raise_for_status()
+    return events, time.perf_counter() - started
+
+
+def _reused_client(url: str, secret: WebhookSecret, events: int) -> tuple[int, float]:
+    started = time.perf_counter()
+    with httpx.Client(timeout=NAIVE_TIMEOUT) as client:
+        for number in range(events):
+            body, headers = _signed(secret, number, "reused")
+            client.post(url, content=body, headers=headers).raise_for_status()
+    return events, time.perf_counter() - started
+
+
+async def _sender_only(url: str, secret: WebhookSecret, events: int) -> tuple[int, float]:
+    requests = [_signed(secret, number, "sender") for number in range(events)]
+    slots = asyncio.Semaphore(DEFAULT_FIRST_ATTEMPTS)
+    budget = timedelta(seconds=NAIVE_TIMEOUT)
+
+    async with HttpxWebhookSender(GUARD) as sender:
+
+        async def one(body: bytes, headers: dict[str, str]) -> bool:
+            async with slots:
+                outcome = await sender.send(url, headers=headers, body=body, budget=budget)
+            return outcome.kind is OutcomeKind.SENT
+
+        started = time.perf_counter()
+        sent = await asyncio.gather(*(one(body, headers) for body, headers in requests))
+        elapsed = time.perf_counter() - started
+    if not all(sent):
+        raise RuntimeError(f"webhooks sender_only: {sent.count(False)} requests not sent")
+    return events, elapsed
+
+
+async def load_events(dsn: str, events: int) -> None:
+    """Empty the webhook tables (the endpoint stays) and write ``events`` events, one transaction."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(_TRUNCATE)
+        async with conn.transaction():
+            for number in range(events):
+                await enqueue_webhook_async(conn, EVENT_TYPE, _data(number), notify=False)
+        await conn.execute("VACUUM ANALYZE outbox_webhook")
+
+
+async def verify_deliveries(pool: AsyncConnectionPool[Any], events: int, what: str) -> None:
+    async with pool.connection() as conn:
+        deliveries = await (await conn.execute(_DELIVERIES)).fetchall()
+        outbox = await (await conn.execute(_OUTBOX)).fetchall()
+    if deliveries != [("dispatched", 1, events)]:
+        raise RuntimeError(
+            f"webhooks {what}: deliveries by (status, attempts) {deliveries},"
+            f" expected [('dispatched', 1, {events})]"
+        )
+    if outbox != [("dispatched", events)]:
+        raise RuntimeError(f"webhooks {what}: outbox rows {outbox}, expected all dispatched")
+
+
+async def _library(
+    pool: AsyncConnectionPool[Any], dsn: str, events: int, first_attempts: int
+) -> tuple[int, float]:
+    await load_events(dsn, events)
+    async with HttpxWebhookSender(GUARD) as sender:
+        workers = WebhookWorkers(
+            pool,
+            sender,
+            drain_config=drain_lane(poll_interval=DRAIN_POLL),
+            delivery_config=delivery_lane(poll_interval=DRAIN_POLL),
+            leader=False,
+            first_attempts=first_attempts,
+        )
+        started = time.perf_counter()
+        stats = await workers.run(drain=True)
+        elapsed = time.perf_counter() - started
+    what = f"library first_attempts={first_attempts}"
+    if stats.first_attempts.dispatched != events or stats.retries.dispatched:
+        raise RuntimeError(
+            f"webhooks {what}: first attempts dispatched {stats.first_attempts.dispatched},"
+            f" retries {stats.retries.dispatched}; expected {events} and 0"
+        )
+    await verify_deliveries(pool, events, what)
+    return events, elapsed
+
+
+async def measure(
+    server_dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    with fresh_database(server_dsn, "webhooks") as dsn:
+        return await _measure(dsn, sizes, runs, log)
+
+
+async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]) -> dict[str, Any]:
+    events = sizes.webhook_events
+    secret = WebhookSecret.generate_from(secrets.token_bytes(32))
+    pool_size = min(POOL_SIZE, connection_budget(dsn))
+    with ReceiverProcess() as receiver:
+        url = receiver.url
+        async with AsyncConnectionPool(
+            dsn,
+            min_size=pool_size,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            open=False,
+            name="bench-webhooks",
+        ) as pool:
+            await pool.wait(timeout=30.0)
+            await WebhookRepository(pool).add_endpoint(url, [EVENT_TYPE], secret=secret.to_text())
+
+            async def naive() -> tuple[int, float]:
+                return _naive(url, secret, events)
+
+            async def naive_async() -> tuple[int, float]:
+                return await _naive_async(url, secret, events)
+
+            async def library() -> tuple[int, float]:
+                return await _library(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS)
+
+            async def library_one_in_flight() -> tuple[int, float]:
+                return await _library(pool, dsn, events, 1)
+
+            async def reused_client() -> tuple[int, float]:
+                return _reused_client(url, secret, events)
+
+            async def sender_only() -> tuple[int, float]:
+                return await _sender_only(url, secret, events)
+
+            drains: dict[str, Callable[[], Awaitable[tuple[int, float]]]] = {
+                "naive": naive,
+                "naive_async": naive_async,
+                "library": library,
+                "library_one_in_flight": library_one_in_flight,
+                "reused_client": reused_client,
+                "sender_only": sender_only,
+            }
+            rates: dict[str, list[float]] = {key: [] for key in drains}
+            connections: dict[str, int] = {}
+            for run in range(runs):
+                for key in rotation(drains, run):
+                    before, opened_before = receiver.counts()
+                    done, seconds = await drains[key]()
+                    after, opened_after = receiver.counts()
+                    if after - before != events:
+                        raise RuntimeError(
+                            f"webhooks {key}: the receiver answered {after - before} requests,"
+                            f" expected {events}"
+                        )
+                    connections[key] = opened_after - opened_before
+                    rates[key].append(done / seconds)
+                    log(
+                        f"webhooks run {run + 1}: {key} {done / seconds:,.0f} deliveries/s"
+                        f" ({opened_after - opened_before} connections)"
+                    )
+    figures = {key: Figure.of(values, "deliveries/s") for key, values in rates.items()}
+    naive_fig = figures["naive"]
+    return {
+        "events": events,
+        **{f"{key}_per_s": figure for key, figure in figures.items()},
+        "ratio": ratio(figures["library"], naive_fig),
+        "one_in_flight_ratio": ratio(figures["library_one_in_flight"], naive_fig),
+        "naive_async_ratio": ratio(figures["naive_async"], naive_fig),
+        "reused_client_ratio": ratio(figures["reused_client"], naive_fig),
+        "sender_only_ratio": ratio(figures["sender_only"], naive_fig),
+        "connections_last_run": connections,
+        "duplicate_window": {
+            "library": f"a crash repeats at most the first attempts in flight"
+            f" ({DEFAULT_FIRST_ATTEMPTS}) plus the one retry row in flight",
+            "library_one_in_flight": "a crash repeats at most 1 first attempt plus the one retry"
+            " row in flight",
+            "naive": "none recorded: no database, so nothing is repeated and nothing is resumed"
+            " after a crash",
+            "naive_async": "the same",
+            "reused_client": "none recorded",
+            "sender_only": "none recorded",
+        },
+        "variant": {
+            "naive": "httpx.post per event (sync; a new client and connection each time)",
+            "naive_async": "httpx.AsyncClient() per event (a new client and connection each time)",
+            "library": f"WebhookWorkers.run(drain=True), first_attempts={DEFAULT_FIRST_ATTEMPTS}"
+            f" (default), drain and retry lanes at their defaults, leader lease off, pool"
+            f" {pool_size}, HttpxWebhookSender (keep-alive)",
+            "library_one_in_flight": "the same with first_attempts=1",
+            "reused_client": "one httpx.Client for every request, in sequence (diagnostic)",
+            "sender_only": f"HttpxWebhookSender alone, {DEFAULT_FIRST_ATTEMPTS} in flight,"
+            " requests signed before the clock starts, no database (diagnostic)",
+            "receiver": "asyncio HTTP/1.1 server answering 204 keep-alive, in its own process"
+            " (multiprocessing, spawn)",
+        },
+        "goal": "ratio >= 5",
+    }
