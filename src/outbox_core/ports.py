@@ -296,6 +296,19 @@ class ReceivedMessage(Protocol):
     @property
     def body(self) -> bytes: ...
 
+    @property
+    def subject(self) -> str:
+        """The subject (NATS) or topic (Kafka) it was published to."""
+        ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def deliveries(self) -> int:
+        """How many times the broker has delivered it (1 the first time)."""
+        ...
+
     async def ack(self) -> None: ...
 
     async def nak(self, *, delay: timedelta | None = None) -> None: ...

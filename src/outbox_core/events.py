@@ -1,0 +1,145 @@
+"""Domain events: the envelope every event travels in, from the event outbox through the broker to
+the consumer channels (catalogue A6-A8).
+
+The envelope is a CloudEvents 1.0 event in its structured JSON form (``specversion``, ``id``,
+``source``, ``type``, ``time``, ``subject``, ``datacontenttype``, ``data``), so any CloudEvents
+tooling can read what the relay publishes. ``id`` is the event's stable id: the relay sets it as the
+broker's message id (JetStream ``Nats-Msg-Id``; a Kafka header), so a replayed publish is dropped by
+the broker, and the consumers key their de-duplication on it. ``subject`` carries the partition key
+(per-key order: one tenant's events in the order they were written).
+
+Pure: no clock, no I/O. The producer passes the time; :func:`decode_event` refuses anything that is
+not a well-formed envelope with :class:`~outbox_core.errors.InvalidPayload`, naming the problem and
+never the values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+import attrs
+
+from outbox_core._validators import aware
+from outbox_core.errors import InvalidPayload
+from outbox_core.messages import JSONObject
+
+__all__ = [
+    "CONTENT_TYPE",
+    "MAX_EVENT_BYTES",
+    "SPEC_VERSION",
+    "EventEnvelope",
+    "check_event_name",
+    "decode_event",
+]
+
+SPEC_VERSION: Final = "1.0"
+#: The CloudEvents structured-mode media type (the Kafka and NATS bindings' ``content-type``).
+CONTENT_TYPE: Final = "application/cloudevents+json"
+#: The largest encoded envelope (a broker message, not a file transfer).
+MAX_EVENT_BYTES: Final = 256 * 1024
+# Event types, sources, topics: dotted names of letters, digits, '_', '-' ('tenant.provisioned').
+_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
+_MAX_NAME: Final = 200
+_MAX_KEY: Final = 200
+_MAX_ID: Final = 200
+
+
+def check_event_name(value: object, what: str) -> str:
+    """``value`` if it is a dotted name (``tenant.provisioned``); else :class:`InvalidPayload`
+    naming ``what``."""
+    if not isinstance(value, str) or not 0 < len(value) <= _MAX_NAME or not _NAME.fullmatch(value):
+        raise InvalidPayload(
+            f"{what} must be a dotted name of letters, digits, '_' and '-' (at most {_MAX_NAME}"
+            " characters), such as 'tenant.provisioned'"
+        )
+    return value
+
+
+def _text(value: object, what: str, limit: int) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= limit or not value.isprintable():
+        raise InvalidPayload(f"{what} must be 1 to {limit} printable characters")
+    return value
+
+
+def _data(value: object) -> JSONObject:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidPayload("an event's data must be a JSON object")
+    return dict(value)
+
+
+@attrs.frozen
+class EventEnvelope:
+    """One domain event as it is published and consumed."""
+
+    #: The stable event id (broker message id, de-duplication key).
+    id: str = attrs.field(converter=lambda v: _text(v, "the event id", _MAX_ID))
+    #: What happened: ``tenant.provisioned``.
+    type: str = attrs.field(converter=lambda v: check_event_name(v, "the event type"))
+    #: Who says so: ``auth``.
+    source: str = attrs.field(converter=lambda v: check_event_name(v, "the event source"))
+    #: The partition key: events of one key are published and consumed in order.
+    key: str = attrs.field(converter=lambda v: _text(v, "the partition key", _MAX_KEY))
+    #: When it happened (the business transaction's time).
+    time: datetime = attrs.field(validator=aware)
+    #: The event's own fields.
+    data: JSONObject = attrs.field(converter=_data, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The CloudEvents structured form."""
+        return {
+            "specversion": SPEC_VERSION,
+            "id": self.id,
+            "source": self.source,
+            "type": self.type,
+            "subject": self.key,
+            "time": self.time.isoformat(),
+            "datacontenttype": "application/json",
+            "data": dict(self.data),
+        }
+
+    def encode(self) -> bytes:
+        """The bytes the relay publishes (compact JSON, UTF-8); refused past
+        :data:`MAX_EVENT_BYTES`."""
+        body = json.dumps(
+            self.to_json(), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        ).encode("utf-8")
+        if len(body) > MAX_EVENT_BYTES:
+            raise InvalidPayload(
+                f"the event is {len(body)} bytes encoded, more than {MAX_EVENT_BYTES}"
+            )
+        return body
+
+
+def decode_event(body: bytes) -> EventEnvelope:
+    """The envelope in ``body``; :class:`InvalidPayload` for anything else (never echoing it)."""
+    if not isinstance(body, bytes | bytearray) or len(body) > MAX_EVENT_BYTES:
+        raise InvalidPayload(f"an event is at most {MAX_EVENT_BYTES} bytes of JSON")
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        raise InvalidPayload("the event is not JSON") from None
+    if not isinstance(document, dict):
+        raise InvalidPayload("the event is not a JSON object")
+    if document.get("specversion") != SPEC_VERSION:
+        raise InvalidPayload(f"the event is not a CloudEvents {SPEC_VERSION} envelope")
+    missing = [k for k in ("id", "source", "type", "subject", "time", "data") if k not in document]
+    if missing:
+        raise InvalidPayload(f"the event lacks {', '.join(missing)}")
+    try:
+        when = datetime.fromisoformat(str(document["time"]))
+    except ValueError:
+        raise InvalidPayload("the event's time is not an ISO 8601 time") from None
+    if when.utcoffset() is None:
+        raise InvalidPayload("the event's time has no time zone")
+    return EventEnvelope(
+        id=document["id"],
+        type=document["type"],
+        source=document["source"],
+        key=document["subject"],
+        time=when,
+        data=document["data"],
+    )
