@@ -65,6 +65,22 @@ def _text(value: object, what: str, limit: int) -> str:
     return value
 
 
+def _event_id(value: object) -> str:
+    return _text(value, "the event id", _MAX_ID)
+
+
+def _event_type(value: object) -> str:
+    return check_event_name(value, "the event type")
+
+
+def _event_source(value: object) -> str:
+    return check_event_name(value, "the event source")
+
+
+def _partition_key(value: object) -> str:
+    return _text(value, "the partition key", _MAX_KEY)
+
+
 def _data(value: object) -> JSONObject:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise InvalidPayload("an event's data must be a JSON object")
@@ -76,13 +92,13 @@ class EventEnvelope:
     """One domain event as it is published and consumed."""
 
     #: The stable event id (broker message id, de-duplication key).
-    id: str = attrs.field(converter=lambda v: _text(v, "the event id", _MAX_ID))
+    id: str = attrs.field(converter=_event_id)
     #: What happened: ``tenant.provisioned``.
-    type: str = attrs.field(converter=lambda v: check_event_name(v, "the event type"))
+    type: str = attrs.field(converter=_event_type)
     #: Who says so: ``auth``.
-    source: str = attrs.field(converter=lambda v: check_event_name(v, "the event source"))
+    source: str = attrs.field(converter=_event_source)
     #: The partition key: events of one key are published and consumed in order.
-    key: str = attrs.field(converter=lambda v: _text(v, "the partition key", _MAX_KEY))
+    key: str = attrs.field(converter=_partition_key)
     #: When it happened (the business transaction's time).
     time: datetime = attrs.field(validator=aware)
     #: The event's own fields.

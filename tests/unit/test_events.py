@@ -52,23 +52,31 @@ def test_the_envelope_is_cloudevents_structured_json_and_round_trips() -> None:
         (b'{"specversion": "0.3"}', "not a CloudEvents 1.0"),
         (b'{"specversion": "1.0", "id": "x"}', "lacks source, type, subject, time, data"),
         (
-            b'{"specversion":"1.0","id":"x","source":"a","type":"t","subject":"k",'
-            b'"time":"yesterday","data":{}}',
+            (
+                b'{"specversion":"1.0","id":"x","source":"a","type":"t","subject":"k",'
+                b'"time":"yesterday","data":{}}'
+            ),
             "not an ISO 8601 time",
         ),
         (
-            b'{"specversion":"1.0","id":"x","source":"a","type":"t","subject":"k",'
-            b'"time":"2030-01-01T00:00:00","data":{}}',
+            (
+                b'{"specversion":"1.0","id":"x","source":"a","type":"t","subject":"k",'
+                b'"time":"2030-01-01T00:00:00","data":{}}'
+            ),
             "no time zone",
         ),
         (
-            b'{"specversion":"1.0","id":"x","source":"a","type":"t\\nBcc","subject":"k",'
-            b'"time":"2030-01-01T00:00:00Z","data":{}}',
+            (
+                b'{"specversion":"1.0","id":"x","source":"a","type":"t\\nBcc","subject":"k",'
+                b'"time":"2030-01-01T00:00:00Z","data":{}}'
+            ),
             "event type must be a dotted name",
         ),
         (
-            b'{"specversion":"1.0","id":"x","source":"a","type":"t","subject":"k",'
-            b'"time":"2030-01-01T00:00:00Z","data":[]}',
+            (
+                b'{"specversion":"1.0","id":"x","source":"a","type":"t","subject":"k",'
+                b'"time":"2030-01-01T00:00:00Z","data":[]}'
+            ),
             "data must be a JSON object",
         ),
         (b"[" * 5000, "not JSON"),
