@@ -21,6 +21,7 @@ core's, from :mod:`outbox_core.operator`; they are re-exported here. ``MemorySto
 False`` simulates an outage: every operation raises :class:`~outbox_core.errors.StoreUnavailable`.
 """
 
+from outbox_adapters.memory.broker import MemoryBroker, MemoryConsumer, MemoryPublisher
 from outbox_adapters.memory.leader import MemoryLeaderLease
 from outbox_adapters.memory.recording import (
     HandlerCall,
@@ -50,7 +51,10 @@ __all__ = [
     "HandlerCall",
     "LaneStats",
     "MailAttempt",
+    "MemoryBroker",
+    "MemoryConsumer",
     "MemoryLeaderLease",
+    "MemoryPublisher",
     "MemoryStore",
     "PayloadRewrites",
     "RecordingHandler",

@@ -1,0 +1,152 @@
+"""An in-memory broker for tests: a publisher that de-duplicates on the message id (as JetStream
+does within its duplicate window) and consumers per group that redeliver what they did not get
+acknowledged. Shipped for hosts' tests, like the other fakes; the broker contract suite runs it
+beside the real NATS JetStream and Kafka adapters.
+
+``MemoryBroker.available = False`` makes every publish a transient failure ("broker unavailable")
+and stops delivering, as a broker outage would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import timedelta
+
+import attrs
+
+from outbox_core.outcomes import Outcome
+from outbox_core.ports import BrokerMessage
+
+__all__ = ["MemoryBroker", "MemoryConsumer", "MemoryMessage", "MemoryPublisher"]
+
+
+@attrs.define
+class MemoryMessage:
+    """One delivery of a stored message to one consumer group (``ReceivedMessage``)."""
+
+    stored: BrokerMessage
+    deliveries: int
+    _consumer: MemoryConsumer
+    _settled: bool = False
+
+    @property
+    def message_id(self) -> str:
+        return self.stored.message_id
+
+    @property
+    def body(self) -> bytes:
+        return self.stored.body
+
+    @property
+    def subject(self) -> str:
+        return self.stored.subject
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self.stored.headers
+
+    async def ack(self) -> None:
+        if not self._settled:
+            self._settled = True
+            self._consumer.acked.append(self.message_id)
+
+    async def nak(self, *, delay: timedelta | None = None) -> None:
+        if not self._settled:
+            self._settled = True
+            self._consumer.redeliver(self, delay)
+
+
+class MemoryBroker:
+    """Subjects holding messages in publish order; each consumer group reads them all."""
+
+    def __init__(self) -> None:
+        self.messages: list[BrokerMessage] = []
+        self._seen: set[str] = set()
+        self._consumers: list[MemoryConsumer] = []
+        self.available = True
+        #: Publishes refused so far because the broker was unavailable.
+        self.refused = 0
+
+    def publisher(self) -> MemoryPublisher:
+        return MemoryPublisher(self)
+
+    def consumer(self, group: str, subjects: Sequence[str]) -> MemoryConsumer:
+        consumer = MemoryConsumer(self, group, tuple(subjects))
+        self._consumers.append(consumer)
+        for message in self.messages:
+            consumer.offer(message)
+        return consumer
+
+    def on(self, subject: str) -> list[BrokerMessage]:
+        """The stored messages of ``subject``, in order."""
+        return [m for m in self.messages if m.subject == subject]
+
+    def _store(self, message: BrokerMessage) -> None:
+        if message.message_id in self._seen:
+            return  # a replayed publish: the broker keeps one copy
+        self._seen.add(message.message_id)
+        self.messages.append(message)
+        for consumer in self._consumers:
+            consumer.offer(message)
+
+
+class MemoryPublisher:
+    """``ports.Publisher``: sent only once the message is stored (a positive acknowledgement)."""
+
+    def __init__(self, broker: MemoryBroker) -> None:
+        self.broker = broker
+
+    async def publish(self, message: BrokerMessage, *, budget: timedelta) -> Outcome:
+        del budget
+        await asyncio.sleep(0)
+        if not self.broker.available:
+            self.broker.refused += 1
+            return Outcome.transient("broker unavailable (no acknowledgement)")
+        self.broker._store(message)  # noqa: SLF001 - the broker's own publisher
+        return Outcome.sent()
+
+
+class MemoryConsumer:
+    """``ports.Consumer`` of one group: at-least-once, in order, redelivering naks."""
+
+    def __init__(self, broker: MemoryBroker, group: str, subjects: tuple[str, ...]) -> None:
+        self.broker = broker
+        self.group = group
+        self.subjects = subjects
+        self.acked: list[str] = []
+        self._queue: asyncio.Queue[tuple[BrokerMessage, int]] = asyncio.Queue()
+        self._closed = False
+
+    def offer(self, message: BrokerMessage) -> None:
+        if message.subject in self.subjects:
+            self._queue.put_nowait((message, 1))
+
+    def redeliver(self, message: MemoryMessage, delay: timedelta | None) -> None:
+        """Deliver ``message`` again (after ``delay``), as a broker does after a nak."""
+        again = (message.stored, message.deliveries + 1)
+        if delay:
+            asyncio.get_running_loop().call_later(
+                delay.total_seconds(), self._queue.put_nowait, again
+            )
+        else:
+            self._queue.put_nowait(again)
+
+    def close(self) -> None:
+        """End :meth:`messages` once what is queued now has been delivered."""
+        self._closed = True
+
+    def pending(self) -> int:
+        """Deliveries queued and not yet handed out."""
+        return self._queue.qsize()
+
+    async def messages(self) -> AsyncIterator[MemoryMessage]:
+        while not (self._closed and self._queue.empty()):
+            if not self.broker.available:
+                await asyncio.sleep(0.01)
+                continue
+            try:
+                stored, count = await asyncio.wait_for(self._queue.get(), timeout=0.05)
+            except TimeoutError:
+                continue
+            yield MemoryMessage(stored, count, self)
