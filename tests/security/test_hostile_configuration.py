@@ -205,7 +205,10 @@ def test_outbox_worker_refuses_a_bad_option_value(extra, words):
 def test_outbox_worker_refuses_a_missing_sender():
     result = run_cli([arg for arg in BASE if arg not in {"--sender", SENDER}])
     assert result.exit_code == 2
-    assert "Missing option '--sender'" in result.stderr
+    # The option and its environment twin, in one line (required for e-mail lanes only).
+    assert result.stderr.strip() == (
+        "Error: --sender (OUTBOX_SENDER) is required for the e-mail lane 'email'"
+    )
 
 
 def test_outbox_worker_refuses_port_zero():
