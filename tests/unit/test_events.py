@@ -95,3 +95,24 @@ def test_an_envelope_past_the_size_limit_is_refused_at_encode() -> None:
 @given(st.dictionaries(st.text(max_size=20), st.text(max_size=50), max_size=10))
 def test_any_string_data_round_trips(data: dict[str, str]) -> None:
     assert decode_event(event(data=data).encode()).data == data
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("id", "", "event id must be 1 to 200 printable"),
+        ("id", "a\nb", "event id must be 1 to 200 printable"),
+        ("key", "k" * 201, "partition key must be 1 to 200 printable"),
+        ("source", "bad source", "event source must be a dotted name"),
+    ],
+)
+def test_ids_keys_and_sources_are_checked_when_the_envelope_is_made(field, value, why) -> None:
+    with pytest.raises(InvalidPayload, match=why):
+        event(**{field: value})
+
+
+def test_a_body_over_the_limit_or_not_bytes_is_refused_before_parsing() -> None:
+    with pytest.raises(InvalidPayload, match="at most"):
+        decode_event(b" " * (MAX_EVENT_BYTES + 1))
+    with pytest.raises(InvalidPayload, match="at most"):
+        decode_event("{}")  # type: ignore[arg-type]
