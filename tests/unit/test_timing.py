@@ -398,3 +398,43 @@ def test_the_drainer_timing_holds_its_chain_and_is_a_lane_timing() -> None:
         FanOutTiming(batch_timeout=199 * S)
     with pytest.raises(ConfigurationError, match="is not shorter than claim_lease 260s"):
         FanOutTiming(batch_timeout=260 * S)
+
+
+def test_the_relay_timing_holds_its_chain_and_is_a_lane_timing() -> None:
+    from outbox_core.timing import (  # noqa: PLC0415 - the names under test
+        DEFAULT_RELAY_TIMING,
+        LaneTiming,
+        RelayTiming,
+    )
+
+    timing = RelayTiming()
+    assert timing == DEFAULT_RELAY_TIMING
+    assert isinstance(timing, LaneTiming)
+    assert (timing.publish, timing.mark, timing.mark_budget) == (5 * S, 5 * S, 5 * S)
+    assert timing.per_row == 10 * S  # publish 5 s + mark 5 s
+    assert timing.batch_size == 50
+    assert timing.batch_timeout == 500 * S
+    assert timing.lease_grace == 60 * S
+    assert timing.claim_lease() == 560 * S
+    assert timing.claim_lease(3) == 90 * S
+    assert timing.describe() == (
+        "per-row budget 10s (publish 5s + mark 5s), batch 50, batch timeout 500s,"
+        " claim lease 560s"
+    )
+    short = RelayTiming(publish=1 * S, mark=1 * S, batch_size=4, lease_grace=2 * S)
+    assert (short.per_row, short.batch_timeout, short.claim_lease()) == (2 * S, 8 * S, 10 * S)
+    with pytest.raises(ConfigurationError, match="batch_timeout 499s is shorter than"):
+        RelayTiming(batch_timeout=499 * S)
+    with pytest.raises(ConfigurationError, match="is not shorter than claim_lease 560s"):
+        RelayTiming(batch_timeout=560 * S)
+    assert RelayTiming(batch_timeout=559 * S).batch_timeout == 559 * S
+    with pytest.raises(ConfigurationError, match="publish must be a duration above 0s"):
+        RelayTiming(publish=0 * S)
+    with pytest.raises(ConfigurationError, match="mark must be a duration above 0s"):
+        RelayTiming(mark=-1 * S)
+    with pytest.raises(ConfigurationError, match="batch_size must be a whole number"):
+        RelayTiming(batch_size=0)
+    with pytest.raises(ConfigurationError, match="lease_grace must be a duration"):
+        RelayTiming(lease_grace=0 * S)
+    with pytest.raises(ConfigurationError, match="a claim takes 1 to"):
+        timing.claim_lease(0)
