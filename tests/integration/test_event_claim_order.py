@@ -63,7 +63,8 @@ async def db_now(dsn: str) -> datetime:
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         row = await (await conn.execute("SELECT now()")).fetchone()
     assert row is not None
-    return row[0].astimezone(UTC)
+    now: datetime = row[0]
+    return now.astimezone(UTC)
 
 
 async def retry(store: PostgresStore, row_id: int, token: ClaimToken, wait: timedelta) -> None:
@@ -150,7 +151,7 @@ async def test_a_failed_row_does_not_block_its_key(dsn: str, events: PostgresSto
 def test_only_the_ordered_table_gets_the_per_key_claim() -> None:
     claim_sql = statements.CLAIM
     ordered = statements.per_key_order(claim_sql, "partition_key")
-    assert "earlier.\"partition_key\"" in ordered
+    assert 'earlier."partition_key"' in ordered
     assert "ORDER BY next_attempt_at" not in ordered
     # Every other table's claim is the template as it was (the deliveries keep their legacy branch).
     assert statements.render(claim_sql, outbox_message) == statements.render(

@@ -82,7 +82,12 @@ async def test_rows_of_one_key_in_flight_together_are_published_in_order() -> No
     rows = [row(n, "a" if n % 2 else "b") for n in range(1, 9)]
     await asyncio.gather(*(handler(r, budget=BUDGET) for r in rows))
     assert [i for i in publisher.asked if int(i[4:]) % 2] == ["evt-1", "evt-3", "evt-5", "evt-7"]
-    assert [i for i in publisher.asked if not int(i[4:]) % 2] == ["evt-2", "evt-4", "evt-6", "evt-8"]
+    assert [i for i in publisher.asked if not int(i[4:]) % 2] == [
+        "evt-2",
+        "evt-4",
+        "evt-6",
+        "evt-8",
+    ]
 
 
 async def test_the_memory_broker_stores_what_the_handler_sent() -> None:

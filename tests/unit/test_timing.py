@@ -418,8 +418,7 @@ def test_the_relay_timing_holds_its_chain_and_is_a_lane_timing() -> None:
     assert timing.claim_lease() == 560 * S
     assert timing.claim_lease(3) == 90 * S
     assert timing.describe() == (
-        "per-row budget 10s (publish 5s + mark 5s), batch 50, batch timeout 500s,"
-        " claim lease 560s"
+        "per-row budget 10s (publish 5s + mark 5s), batch 50, batch timeout 500s, claim lease 560s"
     )
     short = RelayTiming(publish=1 * S, mark=1 * S, batch_size=4, lease_grace=2 * S)
     assert (short.per_row, short.batch_timeout, short.claim_lease()) == (2 * S, 8 * S, 10 * S)

@@ -209,7 +209,9 @@ def per_key_order(claim: str, key: str) -> str:
     """
     for line in (_DUE_TEST, _DUE_ORDER, _CLAIMED_JOIN, _RESULT_ORDER):
         if line not in claim:
-            msg = f"the CLAIM template lost the line {line.strip()!r}; per_key_order can't extend it"
+            msg = (
+                f"the CLAIM template lost the line {line.strip()!r}; per_key_order can't extend it"
+            )
             raise LookupError(msg)
     column = sql.Identifier(key).as_string(None)
     guard = _KEY_NOT_BLOCKED.replace("{key}", column)
