@@ -437,3 +437,11 @@ def test_the_relay_timing_holds_its_chain_and_is_a_lane_timing() -> None:
         RelayTiming(lease_grace=0 * S)
     with pytest.raises(ConfigurationError, match="a claim takes 1 to"):
         timing.claim_lease(0)
+
+
+@pytest.mark.parametrize("field", ["publish", "mark", "batch_size"])
+def test_a_relay_timing_with_a_wrong_type_is_refused_by_name_before_deriving(field: str) -> None:
+    from outbox_core.timing import RelayTiming  # noqa: PLC0415 - the name under test
+
+    with pytest.raises(ConfigurationError, match=f"^{field} must be"):
+        RelayTiming(**{field: "5"})  # type: ignore[arg-type]
