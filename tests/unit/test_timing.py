@@ -21,6 +21,7 @@ from outbox_core.timing import (
     EmailTiming,
     WebhookTiming,
 )
+from outbox_core.timing_rules import TIMES
 
 S = timedelta(seconds=1)
 X = "\N{MULTIPLICATION SIGN}"  # the messages print products as the record does
@@ -422,10 +423,19 @@ def test_the_relay_timing_holds_its_chain_and_is_a_lane_timing() -> None:
     )
     short = RelayTiming(publish=1 * S, mark=1 * S, batch_size=4, lease_grace=2 * S)
     assert (short.per_row, short.batch_timeout, short.claim_lease()) == (2 * S, 8 * S, 10 * S)
-    with pytest.raises(ConfigurationError, match="batch_timeout 499s is shorter than"):
+    with pytest.raises(ConfigurationError) as short:
         RelayTiming(batch_timeout=499 * S)
-    with pytest.raises(ConfigurationError, match="is not shorter than claim_lease 560s"):
+    assert str(short.value) == (
+        f"batch_timeout 499s is shorter than batch_size 50 {TIMES} per_row 10s = 500s:"
+        " the last row of a batch could be cancelled mid-send"
+    )
+    with pytest.raises(ConfigurationError) as long:
         RelayTiming(batch_timeout=560 * S)
+    assert str(long.value) == (
+        f"batch_timeout 560s is not shorter than claim_lease 560s (batch_size 50 {TIMES} per_row"
+        " 10s + lease_grace 60s): the lease could expire while the batch still runs, and a sibling"
+        " that re-claims its rows would send them twice"
+    )
     assert RelayTiming(batch_timeout=559 * S).batch_timeout == 559 * S
     with pytest.raises(ConfigurationError, match="publish must be a duration above 0s"):
         RelayTiming(publish=0 * S)
