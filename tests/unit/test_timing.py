@@ -423,9 +423,9 @@ def test_the_relay_timing_holds_its_chain_and_is_a_lane_timing() -> None:
     )
     short = RelayTiming(publish=1 * S, mark=1 * S, batch_size=4, lease_grace=2 * S)
     assert (short.per_row, short.batch_timeout, short.claim_lease()) == (2 * S, 8 * S, 10 * S)
-    with pytest.raises(ConfigurationError) as short:
+    with pytest.raises(ConfigurationError) as too_short:
         RelayTiming(batch_timeout=499 * S)
-    assert str(short.value) == (
+    assert str(too_short.value) == (
         f"batch_timeout 499s is shorter than batch_size 50 {TIMES} per_row 10s = 500s:"
         " the last row of a batch could be cancelled mid-send"
     )
