@@ -49,6 +49,7 @@ from outbox_core.timing import (
     EmailTiming,
     FanOutTiming,
     LaneTiming,
+    RelayTiming,
     WebhookTiming,
 )
 from outbox_core.tls import SmtpSecurityPolicy, SmtpTlsMode
@@ -83,6 +84,7 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "OutgoingMail",
+    "RelayTiming",
     "RequeueRefused",
     "ScrubRules",
     "SlotSchedule",

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_EMAIL_TIMING",
+    "DEFAULT_RELAY_TIMING",
     "DEFAULT_WEBHOOK_TIMING",
     "MAX_BATCH_SIZE",
     "MAX_STEP_BUDGET",
@@ -52,6 +53,7 @@ __all__ = [
     "EmailTiming",
     "FanOutTiming",
     "LaneTiming",
+    "RelayTiming",
     "WebhookTiming",
 ]
 
@@ -215,6 +217,10 @@ DEFAULT_EMAIL_TIMING: Final = EmailTiming()
 
 # The webhook lanes' timings live beside the e-mail one's rules, in their own module; re-exported
 # here so ``outbox_core.timing`` names every lane timing.
+from outbox_core.event_timing import (  # noqa: E402 - likewise: the event relay's timing
+    DEFAULT_RELAY_TIMING,
+    RelayTiming,
+)
 from outbox_core.webhook_timing import (  # noqa: E402 - after LaneTiming, which it does not need
     DEFAULT_WEBHOOK_TIMING,
     FanOutTiming,

@@ -8,6 +8,7 @@ queue table's SQL) or one function of the worker, and names the one test that mu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
@@ -16,6 +17,7 @@ import attrs
 
 from outbox_adapters.http import guard as http_guard
 from outbox_adapters.lanes import email as email_lane
+from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.postgres import operator_statements, statements
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.postgres.webhooks import FanOut as _FanOut
@@ -355,6 +357,63 @@ MUTANTS += (
         "drop AND claim_token = :token (MARK, as the deliveries' store renders it)",
         f"{WEBHOOK_FAN_OUT}::test_the_first_attempt_s_late_mark_after_the_retry_worker_reclaimed_the_delivery_is_stale[mark_if_pending]",
         _replace("MARK", "  AND claim_token = %(token)s\n", ""),
+    ),
+)
+
+# --- events: the event outbox's per-key claim order and the relay (ADR 0020) ---------------------
+# The per-key claim is derived at render time from the one CLAIM template
+# (statements.per_key_order), so the CLAIM mutants above reach the event outbox too; these
+# mutants drop its own guards. The relay's ack: the handler's publish_acknowledged.
+
+EVENT_CLAIM = "tests/integration/test_event_claim_order.py"
+EVENT_RELAY = "tests/integration/test_event_relay.py"
+
+
+def _no_key_order(claim: str, key: str) -> str:
+    """The mutant of statements.per_key_order: the claim in id order, with no per-key guard."""
+    del key
+    return claim.replace("    ORDER BY next_attempt_at, id\n", "    ORDER BY id\n")
+
+
+async def _publish_not_awaited(publisher: Any, message: Any, budget: Any) -> Outcome:
+    """The mutant of relay.publish_acknowledged: the publish is fired off and ``sent`` answered at
+    once, without waiting for (or looking at) the broker's acknowledgement."""
+    task = asyncio.ensure_future(publisher.publish(message, budget=budget))
+    _FIRED.add(task)
+    task.add_done_callback(_FIRED.discard)
+    return Outcome.sent()
+
+
+_FIRED: set[Any] = set()
+
+MUTANTS += (
+    Mutant(
+        "event-claim-no-key-order",
+        "per-key order in the event outbox's claim",
+        "drop the per-key predicate (claim in id order only)",
+        f"{EVENT_CLAIM}::test_a_key_s_later_row_waits_while_its_earlier_row_waits_for_a_retry",
+        (statements, "per_key_order", _no_key_order),
+    ),
+    Mutant(
+        "event-claim-key-order-blocked-rows-take-slots",
+        "per-key order: a blocked key's later rows are no candidates",
+        "drop the due-level guard (the later rows fill the batch, then the second guard drops them)",
+        f"{EVENT_CLAIM}::test_a_blocked_key_does_not_freeze_the_other_keys",
+        (statements, "_KEY_NOT_BLOCKED", ""),
+    ),
+    Mutant(
+        "event-claim-key-order-ignores-locked-earlier-row",
+        "per-key order: every earlier pending row of the key is in this claim",
+        "drop the UPDATE-level guard (an earlier row held by a concurrent claim is not seen)",
+        f"{EVENT_CLAIM}::test_an_earlier_row_held_by_a_concurrent_transaction_keeps_its_later_rows",
+        (statements, "_KEY_ALL_EARLIER_CLAIMED", ""),
+    ),
+    Mutant(
+        "relay-mark-before-ack",
+        "published_at only after the broker's positive acknowledgement",
+        "publish without waiting for the ack and answer sent (the mark is written whatever the broker says)",
+        f"{EVENT_RELAY}::test_published_at_is_set_only_after_the_broker_acknowledged",
+        (_relay, "publish_acknowledged", _publish_not_awaited),
     ),
 )
 

@@ -12,7 +12,7 @@ EXPECTED = {
     "EMAIL_BACKOFF", "WEBHOOK_BACKOFF", "FanOutTiming", "Attachment", "ClaimToken", "ClaimedRow", "ConfigurationError", "EmailPayload",
     "EmailStepBudgets", "EmailTiming", "Event", "LaneTiming", "StoreUnavailable", "ExponentialBackoff", "HttpAttempt", "HttpFailure",
     "IllegalTransition", "InvalidMessage", "InvalidPayload", "InvalidRecipient", "Mark",
-    "NewMessage", "OutboxError", "Outcome", "OutcomeKind", "OutgoingMail", "RequeueRefused",
+    "NewMessage", "OutboxError", "Outcome", "OutcomeKind", "OutgoingMail", "RelayTiming", "RequeueRefused",
     "ScrubRules", "SlotSchedule", "SmtpSecurityPolicy", "SmtpStage", "SmtpTlsMode",
     "StaleMark", "Status", "UnsafeHeader", "WebhookSecret", "WebhookTiming",
     "WebhookVerificationError", "build_message", "classify_http", "classify_smtp_failure",

@@ -21,6 +21,7 @@ from outbox_core.timing import (
     EmailTiming,
     WebhookTiming,
 )
+from outbox_core.timing_rules import TIMES
 
 S = timedelta(seconds=1)
 X = "\N{MULTIPLICATION SIGN}"  # the messages print products as the record does
@@ -398,3 +399,59 @@ def test_the_drainer_timing_holds_its_chain_and_is_a_lane_timing() -> None:
         FanOutTiming(batch_timeout=199 * S)
     with pytest.raises(ConfigurationError, match="is not shorter than claim_lease 260s"):
         FanOutTiming(batch_timeout=260 * S)
+
+
+def test_the_relay_timing_holds_its_chain_and_is_a_lane_timing() -> None:
+    from outbox_core.timing import (  # noqa: PLC0415 - the names under test
+        DEFAULT_RELAY_TIMING,
+        LaneTiming,
+        RelayTiming,
+    )
+
+    timing = RelayTiming()
+    assert timing == DEFAULT_RELAY_TIMING
+    assert isinstance(timing, LaneTiming)
+    assert (timing.publish, timing.mark, timing.mark_budget) == (5 * S, 5 * S, 5 * S)
+    assert timing.per_row == 10 * S  # publish 5 s + mark 5 s
+    assert timing.batch_size == 50
+    assert timing.batch_timeout == 500 * S
+    assert timing.lease_grace == 60 * S
+    assert timing.claim_lease() == 560 * S
+    assert timing.claim_lease(3) == 90 * S
+    assert timing.describe() == (
+        "per-row budget 10s (publish 5s + mark 5s), batch 50, batch timeout 500s, claim lease 560s"
+    )
+    short = RelayTiming(publish=1 * S, mark=1 * S, batch_size=4, lease_grace=2 * S)
+    assert (short.per_row, short.batch_timeout, short.claim_lease()) == (2 * S, 8 * S, 10 * S)
+    with pytest.raises(ConfigurationError) as too_short:
+        RelayTiming(batch_timeout=499 * S)
+    assert str(too_short.value) == (
+        f"batch_timeout 499s is shorter than batch_size 50 {TIMES} per_row 10s = 500s:"
+        " the last row of a batch could be cancelled mid-send"
+    )
+    with pytest.raises(ConfigurationError) as long:
+        RelayTiming(batch_timeout=560 * S)
+    assert str(long.value) == (
+        f"batch_timeout 560s is not shorter than claim_lease 560s (batch_size 50 {TIMES} per_row"
+        " 10s + lease_grace 60s): the lease could expire while the batch still runs, and a sibling"
+        " that re-claims its rows would send them twice"
+    )
+    assert RelayTiming(batch_timeout=559 * S).batch_timeout == 559 * S
+    with pytest.raises(ConfigurationError, match="publish must be a duration above 0s"):
+        RelayTiming(publish=0 * S)
+    with pytest.raises(ConfigurationError, match="mark must be a duration above 0s"):
+        RelayTiming(mark=-1 * S)
+    with pytest.raises(ConfigurationError, match="batch_size must be a whole number"):
+        RelayTiming(batch_size=0)
+    with pytest.raises(ConfigurationError, match="lease_grace must be a duration"):
+        RelayTiming(lease_grace=0 * S)
+    with pytest.raises(ConfigurationError, match="a claim takes 1 to"):
+        timing.claim_lease(0)
+
+
+@pytest.mark.parametrize("field", ["publish", "mark", "batch_size"])
+def test_a_relay_timing_with_a_wrong_type_is_refused_by_name_before_deriving(field: str) -> None:
+    from outbox_core.timing import RelayTiming  # noqa: PLC0415 - the name under test
+
+    with pytest.raises(ConfigurationError, match=f"^{field} must be"):
+        RelayTiming(**{field: "5"})  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ __all__ = [
     "RELEASE",
     "WAKEUP_CHANNEL",
     "legacy_null_due",
+    "per_key_order",
     "render",
 ]
 
@@ -159,6 +160,68 @@ def legacy_null_due(claim: str) -> str:
         "      AND (next_attempt_at <= coalesce(%(now)s::timestamptz, now())"
         "\n           OR next_attempt_at IS NULL)\n",
     ).replace(_DUE_ORDER, "    ORDER BY next_attempt_at NULLS FIRST, id\n")
+
+
+#: The lines of ``CLAIM`` that :func:`per_key_order` extends (each must be in the template as is).
+_CLAIMED_JOIN = "    WHERE m.id = due.id\n"
+_RESULT_ORDER = "ORDER BY due_at, id\n"
+
+#: The per-key claim's first guard, added to the ``due`` CTE: a row is a candidate only if no
+#: EARLIER row of its key is pending and not due (waiting out a retry after a failed attempt, or
+#: leased by a claim that committed). So a blocked key's later rows never take a batch's slots,
+#: and the other keys go on.
+_KEY_NOT_BLOCKED = """      AND NOT EXISTS (
+          SELECT FROM {queue} AS earlier
+          WHERE earlier.lane = {queue}.lane
+            AND earlier.{key} = {queue}.{key}
+            AND earlier.status = 'pending'
+            AND earlier.id < {queue}.id
+            AND earlier.next_attempt_at > coalesce(%(now)s::timestamptz, now())
+      )
+"""
+#: Its second guard, on the UPDATE: a candidate is claimed only if EVERY earlier pending row of its
+#: key is in this very claim. That closes what the first guard cannot see: an earlier row that is
+#: due but was skipped because another transaction holds it (a concurrent claim not yet
+#: committed, a mark in flight).
+_KEY_ALL_EARLIER_CLAIMED = """      AND NOT EXISTS (
+          SELECT FROM {queue} AS earlier
+          WHERE earlier.lane = m.lane
+            AND earlier.{key} = m.{key}
+            AND earlier.status = 'pending'
+            AND earlier.id < m.id
+            AND earlier.id NOT IN (SELECT id FROM due)
+      )
+"""
+
+
+@functools.lru_cache(maxsize=16)
+def per_key_order(claim: str, key: str) -> str:
+    """``claim`` (the ``CLAIM`` template as the store reads it, mutants included) for a table built
+    with ``queue_table(..., ordered_by=key)``: rows are taken, and handed out, in id order, and a
+    row is never taken while an earlier row of the same ``key`` is pending and not in this claim.
+
+    Per-key order (ADR 0020): the event relay must never publish a later event of a key while an
+    earlier one is unpublished, across retries (the earlier row waits for its backoff) and across
+    a crashed relay (the earlier row is leased until its lease ends). Derived here, at render time,
+    from the one ``CLAIM`` template, so every mutant of ``CLAIM`` reaches this table too; other
+    tables' claims are unchanged. ``key`` is a column name ``queue_table`` checked (a plain
+    identifier); it is quoted here.
+    """
+    for line in (_DUE_TEST, _DUE_ORDER, _CLAIMED_JOIN, _RESULT_ORDER):
+        if line not in claim:
+            msg = (
+                f"the CLAIM template lost the line {line.strip()!r}; per_key_order can't extend it"
+            )
+            raise LookupError(msg)
+    column = sql.Identifier(key).as_string(None)
+    guard = _KEY_NOT_BLOCKED.replace("{key}", column)
+    complete = _KEY_ALL_EARLIER_CLAIMED.replace("{key}", column)
+    return (
+        claim.replace(_DUE_TEST, _DUE_TEST + guard)
+        .replace(_DUE_ORDER, "    ORDER BY id\n")
+        .replace(_CLAIMED_JOIN, _CLAIMED_JOIN + complete)
+        .replace(_RESULT_ORDER, "ORDER BY id\n")
+    )
 
 
 #: The fenced compare-and-set mark (ADR 0004, catalogue C10), one statement = one commit.

@@ -31,6 +31,9 @@ transaction open across a send.
   statement.
 - On a table built with ``queue_table(..., legacy_null_due=True)`` the claim also takes pending
   rows whose due time is NULL (:func:`.statements.legacy_null_due`, derived from ``CLAIM``).
+- On a table built with ``queue_table(..., ordered_by=KEY)`` the claim takes rows in id order and
+  never a row while an earlier row of its key is pending outside this claim
+  (:func:`.statements.per_key_order`, derived from ``CLAIM``): the event relay's per-key order.
 - The operator's port (``get``, ``list_failed``, ``lane_stats``, ``requeue_failed``,
   ``rewrite_payloads``) is in :mod:`.operator`, its SQL in :mod:`.operator_statements`.
 
@@ -67,6 +70,7 @@ from outbox_adapters.postgres.runner import StatementRunner, all_rows, rows_retu
 from outbox_adapters.postgres.tables import (
     check_queue_table,
     has_legacy_null_due,
+    key_order_column,
     outbox_message,
 )
 from outbox_adapters.store_rules import (
@@ -187,6 +191,9 @@ class PostgresStore(OperatorQueries):
         claim = statements.CLAIM
         if has_legacy_null_due(self._table):
             claim = statements.legacy_null_due(claim)
+        key = key_order_column(self._table)
+        if key is not None:
+            claim = statements.per_key_order(claim, key)
         records = await self._runner.run(self._sql(claim), params, all_rows)
         token = request.token
         # Columns in CLAIM's order: id, lane, payload, attempts, claim_token, lease_expires_at,

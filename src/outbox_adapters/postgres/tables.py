@@ -48,6 +48,7 @@ __all__ = [
     "QUEUE_COLUMNS",
     "check_queue_table",
     "has_legacy_null_due",
+    "key_order_column",
     "metadata",
     "outbox_leader",
     "outbox_message",
@@ -116,6 +117,8 @@ QUEUE_COLUMNS: Final = (
 _QUEUE_MARK: Final = "leased_outbox.queue_table"
 #: The ``Table.info`` key of a queue table whose due column may hold NULL (``legacy_null_due``).
 _LEGACY_NULL_DUE: Final = "leased_outbox.legacy_null_due"
+#: The ``Table.info`` key of a queue table claimed in per-key order (``ordered_by``): the column.
+_ORDERED_BY: Final = "leased_outbox.ordered_by"
 
 
 def _queue_columns(*, legacy_null_due: bool = False) -> list[Column[Any]]:
@@ -161,6 +164,7 @@ def queue_table(
     *extra: Column[Any],
     storage: Mapping[str, object] = MESSAGE_STORAGE,
     legacy_null_due: bool = False,
+    ordered_by: str | None = None,
 ) -> Table:
     """A queue-shaped table: the queue columns (:data:`QUEUE_COLUMNS`), their checks and partial
     indexes, then ``extra`` columns of its own (nullable or with a default: the store's statements
@@ -170,6 +174,12 @@ def queue_table(
     claim on it also takes pending rows whose due time is NULL (rows written by an older producer
     that left it unset; the webhook deliveries table keeps that branch until no such row can
     exist). Every other table's due column stays NOT NULL and its claim unchanged.
+
+    ``ordered_by`` names one of the ``extra`` columns (a partition key, NOT NULL) whose rows must be
+    worked in id order per key: the store's claim on this table orders by id and never takes a row
+    while an earlier row of the same key is pending and not in the same claim (waiting for a retry,
+    or leased by another claim); see ``statements.per_key_order``. Two partial indexes serve it.
+    Other tables' claims are unchanged.
 
     Every queue table is built here, once per name, so the queue columns are defined in one
     place; :class:`~outbox_adapters.postgres.store.PostgresStore` accepts only a table built here
@@ -186,6 +196,8 @@ def queue_table(
         raise ConfigurationError(
             f"queue table {name}: extra column(s) {', '.join(clashes)} are queue columns already"
         )
+    if ordered_by is not None:
+        _check_ordered_by(name, ordered_by, extra)
     table = Table(
         name,
         meta,
@@ -216,14 +228,46 @@ def queue_table(
         unique=True,
         postgresql_where=c.idempotency_key.is_not(None),
     )
+    if ordered_by is not None:
+        key = c[ordered_by]
+        #: The per-key claim's test "an earlier pending row of this key", per key in id order.
+        Index(f"ix_{name}_key_order", c.lane, key, c.id, postgresql_where=pending)
+        #: The per-key claim walks pending rows in id order (not due-time order).
+        Index(f"ix_{name}_pending_id", c.lane, c.id, postgresql_where=pending)
     table.info[_QUEUE_MARK] = name
     table.info[_LEGACY_NULL_DUE] = legacy_null_due
+    table.info[_ORDERED_BY] = ordered_by
     return table
+
+
+def _check_ordered_by(name: str, ordered_by: object, extra: tuple[Column[Any], ...]) -> None:
+    columns = {column.name: column for column in extra}
+    if not isinstance(ordered_by, str) or ordered_by not in columns:
+        raise ConfigurationError(
+            f"queue table {name}: ordered_by must name one of its extra columns"
+            f" ({', '.join(sorted(columns)) or 'none'}), got {ordered_by!r:.80}"
+        )
+    if not _IDENTIFIER.fullmatch(ordered_by):
+        raise ConfigurationError(
+            f"queue table {name}: ordered_by column {ordered_by!r:.80} is not a plain lower-case"
+            " SQL identifier"
+        )
+    if columns[ordered_by].nullable:
+        raise ConfigurationError(
+            f"queue table {name}: ordered_by column {ordered_by} must be NOT NULL (a row with no"
+            " key would be ordered against nothing)"
+        )
 
 
 def has_legacy_null_due(table: Table) -> bool:
     """Whether ``table`` was built with ``queue_table(..., legacy_null_due=True)``."""
     return bool(table.info.get(_LEGACY_NULL_DUE, False))
+
+
+def key_order_column(table: Table) -> str | None:
+    """The column a ``queue_table(..., ordered_by=...)`` table is claimed in per-key order by."""
+    value = table.info.get(_ORDERED_BY)
+    return value if isinstance(value, str) else None
 
 
 def check_queue_table(table: object) -> Table:

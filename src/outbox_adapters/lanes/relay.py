@@ -1,0 +1,169 @@
+"""The event relay: the lane that publishes the event outbox to a broker (ADR 0020).
+
+The relay is the one runtime (``runtime.Worker``) over ``PostgresStore(pool, table=outbox_event)``
+with :class:`RelayHandler` and :func:`relay_lane`; leader-gated by whoever runs it (lane
+:data:`RELAY_LANE` is its leader key). It has no loop, claim or mark of its own:
+
+- the claim hands out rows in per-key order (``queue_table(..., ordered_by="partition_key")``:
+  never a row while an earlier row of its key is pending outside the claim);
+- :class:`RelayHandler` turns a row into a :class:`~outbox_core.ports.BrokerMessage` (body = the
+  CloudEvents envelope, message id = the event id, key = the partition key, subject = the topic)
+  and publishes it within the row's budget. It answers what the broker said: ``sent`` only on the
+  broker's positive acknowledgement of a stored message, broker trouble a transient failure. Within
+  one claimed batch, once a row of a key did not go out, the later rows of that key are not
+  published (transient: "an earlier event of this key is unpublished");
+- the runtime's fenced mark records it: ``dispatched`` (``published_at`` is then the row's
+  ``resolved_at``), or the attempt and the error with the next try a second or so later.
+
+Broker trouble never fails a row: :data:`RELAY_BACKOFF` retries it after 1 s, 2 s, 4 s ... at most
+30 s apart, for as long as it takes (a failed row would let the later events of its key overtake
+it). A row that can never be published — its stored payload is not an event, the broker refuses
+it for good — fails permanently at once, with the reason, and does not hold its key back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, Final
+
+import attrs
+
+from outbox_adapters.postgres.events import RELAY_LANE
+from outbox_adapters.runtime import LaneConfig
+from outbox_core.backoff import ExponentialBackoff
+from outbox_core.errors import InvalidPayload
+from outbox_core.events import CONTENT_TYPE, EventEnvelope, check_event_name, decode_event
+from outbox_core.messages import ClaimedRow, ClaimToken
+from outbox_core.outcomes import Outcome, OutcomeKind
+from outbox_core.ports import BrokerMessage, Publisher
+from outbox_core.scrub import ScrubRules
+from outbox_core.timing import DEFAULT_RELAY_TIMING
+
+__all__ = [
+    "EARLIER_UNPUBLISHED",
+    "RELAY_BACKOFF",
+    "RELAY_LANE",
+    "RelayHandler",
+    "publish_acknowledged",
+    "relay_disabled_warning",
+    "relay_lane",
+    "relay_message",
+]
+
+#: ``attempts`` is a 32-bit column: a row retried every 30 s reaches this after ~2,000 years.
+_NEVER: Final = 2**31 - 1
+#: Broker trouble: the next try a second later, doubling to at most 30 s apart, never given up.
+RELAY_BACKOFF: Final = ExponentialBackoff(
+    max_attempts=_NEVER,
+    base=timedelta(seconds=1),
+    factor=2.0,
+    cap=timedelta(seconds=30),
+    jitter_ratio=0.2,
+)
+#: The reason a row is not published because an earlier row of its key in the batch was not.
+EARLIER_UNPUBLISHED: Final = "an earlier event of this key is unpublished"
+#: Event rows keep their whole envelope after publishing (the record of what was published).
+_NO_SCRUB: Final = ScrubRules(keys=frozenset())
+
+
+def relay_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's own keywords
+    """The relay's :class:`LaneConfig`: lane ``events``, :class:`~outbox_core.timing.RelayTiming`
+    (publish 5 s + mark 5 s, batch 50, lease 560 s), :data:`RELAY_BACKOFF`, nothing scrubbed;
+    ``settings`` override."""
+    stated: dict[str, Any] = {
+        "lane": RELAY_LANE,
+        "timing": DEFAULT_RELAY_TIMING,
+        "backoff": RELAY_BACKOFF,
+        "scrub": _NO_SCRUB,
+    }
+    return LaneConfig(**{**stated, **settings})
+
+
+def relay_disabled_warning() -> str:
+    """What a process that would run the relay says at start when no broker is configured."""
+    return (
+        "event relay disabled: no broker configured. Events published with publish() are still"
+        " written to outbox_event with the host's transaction (writes are unaffected) and wait"
+        " there, in order, until a relay with a broker (nats://HOST:PORT or kafka://HOST:PORT)"
+        " runs."
+    )
+
+
+def relay_message(row: ClaimedRow) -> BrokerMessage:
+    """The broker message of an event-outbox row; :class:`InvalidPayload` (the row fails at once,
+    with the reason) for a payload that is not an event the relay can publish."""
+    payload = row.payload
+    if not isinstance(payload, Mapping):
+        raise InvalidPayload("the stored payload is not a JSON object")
+    topic = check_event_name(payload.get("topic"), "the stored topic")
+    fields = {name: value for name, value in payload.items() if name != "topic"}
+    try:
+        body = json.dumps(fields, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError):  # pragma: no cover - the store decoded it from JSON
+        raise InvalidPayload("the stored event is not JSON") from None
+    event: EventEnvelope = decode_event(body)
+    return BrokerMessage(
+        subject=topic,
+        key=event.key,
+        message_id=event.id,
+        body=event.encode(),
+        headers={
+            "content-type": CONTENT_TYPE,
+            "ce-id": event.id,
+            "ce-type": event.type,
+            "ce-source": event.source,
+        },
+    )
+
+
+async def publish_acknowledged(
+    publisher: Publisher, message: BrokerMessage, budget: timedelta
+) -> Outcome:
+    """Publish ``message`` and wait for what the broker says: the publisher's outcome, ``sent``
+    only on a positive acknowledgement. (The matrix's "mark before the ack" mutant replaces this
+    with a publish that is not waited for.)"""
+    return await publisher.publish(message, budget=budget)
+
+
+@attrs.define
+class _Batch:
+    """What the handler remembers of the batch it is working: the keys that did not go out."""
+
+    token: ClaimToken | None = None
+    failed: set[str] = attrs.Factory(set)
+    locks: dict[str, asyncio.Lock] = attrs.Factory(dict)
+
+
+class RelayHandler:
+    """Publishes one event-outbox row (``ports.RowHandler``)."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self._publisher = publisher
+        self._batch = _Batch()
+
+    def _batch_of(self, token: ClaimToken) -> _Batch:
+        # Every row of one claim carries its token; a new token is a new batch.
+        if self._batch.token != token:
+            self._batch = _Batch(token)
+        return self._batch
+
+    async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        message = relay_message(row)  # InvalidPayload: the runtime fails the row at once
+        batch = self._batch_of(row.token)
+        # Rows of one key are published one after the other, in claim (id) order, even with several
+        # rows in flight: the lock is taken in the order the runtime starts the rows.
+        lock = batch.locks.setdefault(message.key, asyncio.Lock())
+        async with lock:
+            if message.key in batch.failed:
+                return Outcome.transient(EARLIER_UNPUBLISHED)
+            try:
+                outcome = await publish_acknowledged(self._publisher, message, budget)
+            except BaseException:
+                batch.failed.add(message.key)  # cut off or crashed: not known to be stored
+                raise
+            if outcome.kind is OutcomeKind.TRANSIENT:
+                batch.failed.add(message.key)
+            return outcome
