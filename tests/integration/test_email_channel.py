@@ -28,6 +28,7 @@ from tests.support.channels import (
     publish,
     rows_of,
     tenant_event,
+    until,
     wire,
 )
 
@@ -98,9 +99,11 @@ async def test_a_consumer_killed_between_writing_its_rows_and_the_send_loses_no_
     # cancelled and its state dropped; its lane worker never ran).
     doomed = email_workers(pool, broker, mailer, lane)
     consuming = asyncio.create_task(doomed.consumer.run())
-    async with asyncio.timeout(10):
-        while len(await rows_of(pool, lane)) < 2:
-            await asyncio.sleep(0.02)
+
+    async def written() -> bool:
+        return len(await rows_of(pool, lane)) == 2
+
+    await until(written)
     consuming.cancel()
     with pytest.raises(asyncio.CancelledError):
         await consuming
@@ -186,7 +189,7 @@ async def test_the_broker_message_is_acked_only_when_every_recipient_is_terminal
     event = tenant_event()
     await publish(broker, wire(event))
     workers = email_workers(pool, broker, mailer, lane)
-    consumer = broker._consumers[-1]  # noqa: SLF001 - the group's consumer the workers read
+    consumer = broker._consumers[-1]
 
     # The rows are written but nothing is sent yet (the lane's worker is not running): nak.
     delivery = await anext(aiter(consumer.messages()))
@@ -209,16 +212,12 @@ async def test_a_dlq_that_refuses_the_park_keeps_the_event_unacknowledged_until_
     event = tenant_event(admin_email="bounce-admin@acme.example")
     await publish(broker, wire(event))
     workers = email_workers(pool, broker, mailer, lane, dlq=dead)
-    consumer = broker._consumers[-1]  # noqa: SLF001
+    consumer = broker._consumers[-1]
     running = asyncio.create_task(workers.run())
-    async with asyncio.timeout(10):
-        while workers.consumer.stats.dlq_failures < 2:
-            await asyncio.sleep(0.02)
+    await until(lambda: workers.consumer.stats.dlq_failures >= 2)
     assert consumer.acked == []
     dead.available = True
-    async with asyncio.timeout(10):
-        while not consumer.acked:
-            await asyncio.sleep(0.02)
+    await until(lambda: bool(consumer.acked))
     workers.request_stop()
     await running
     assert [m.headers["outbox-dlq-kind"] for m in dead.on(DLQ)] == ["tenant_welcome"]

@@ -3,8 +3,10 @@ PostgreSQL pool and, for e-mail, a real SMTP server (the sink)."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -99,7 +101,7 @@ async def channel_pool(dsn: str) -> AsyncIterator[AsyncConnectionPool[Any]]:
         yield pool
 
 
-def email_workers(  # noqa: PLR0913 - the test's knobs
+def email_workers(
     pool: AsyncConnectionPool[Any],
     broker: MemoryBroker,
     mailer: SmtpMailer,
@@ -131,3 +133,13 @@ async def rows_of(pool: AsyncConnectionPool[Any], lane: str) -> list[tuple[Any, 
             (lane,),
         )
         return list(await cursor.fetchall())
+
+
+async def until(condition: Callable[[], Awaitable[bool] | bool], *, within: float = 10) -> None:
+    """Wait until ``condition()`` (awaited when it is a coroutine) holds, polling."""
+    async with asyncio.timeout(within):
+        while True:
+            found = condition()
+            if await found if inspect.isawaitable(found) else found:
+                return
+            await asyncio.sleep(0.02)
