@@ -358,6 +358,43 @@ MUTANTS += (
     ),
 )
 
+# --- consumer channels (ADR 0021) -----------------------------------------------------------------
+# Imported here, in this block only, so the block merges as one piece.
+from outbox_adapters.lanes import consumer as _consumer  # noqa: E402
+from outbox_adapters.lanes import row_channel as _row_channel  # noqa: E402
+
+EMAIL_CHANNEL = "tests/integration/test_email_channel.py"
+
+
+def _ack_always(settlement: Any) -> bool:
+    """The mutant of consumer.should_ack: acknowledge whatever the recipients' state."""
+    del settlement
+    return True
+
+
+def _key_without_kind(event_id: str, kind: str) -> str:
+    """The mutant of row_channel.recipient_key: the event id alone."""
+    del kind
+    return event_id
+
+
+MUTANTS += (
+    Mutant(
+        "consumer-ack-before-terminal",
+        "ack only when every recipient is terminal",
+        "ack before the recipients are terminal (should_ack returns True)",
+        f"{EMAIL_CHANNEL}::test_the_broker_message_is_acked_only_when_every_recipient_is_terminal",
+        (_consumer, "should_ack", _ack_always),
+    ),
+    Mutant(
+        "consumer-dedup-key-without-kind",
+        "per-recipient dedup key (event_id, kind)",
+        "dedup key without kind (the event id alone)",
+        f"{EMAIL_CHANNEL}::test_an_event_delivered_three_times_sends_one_email_per_recipient_kind",
+        (_row_channel, "recipient_key", _key_without_kind),
+    ),
+)
+
 BY_NAME: dict[str, Mutant] = {mutant.name: mutant for mutant in MUTANTS}
 
 
