@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -214,15 +214,16 @@ class ChannelConsumer:
         """Handle deliveries until :meth:`request_stop` or the consumer ends; with ``drain``, also
         stop once every delivered event is acknowledged and nothing arrived for ``drain_idle``."""
         messages = aiter(self.consumer.messages())
-        stop = asyncio.ensure_future(self._stopping.wait())
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
         following: asyncio.Future[ReceivedMessage] | None = None
         try:
             while not self._stopping.is_set():
                 if following is None:
                     following = asyncio.ensure_future(anext(messages))
                 idle = self.drain_idle.total_seconds() if drain else None
+                waiting: set[asyncio.Future[Any]] = {following, stop}
                 done, _ = await asyncio.wait(
-                    {following, stop}, timeout=idle, return_when=asyncio.FIRST_COMPLETED
+                    waiting, timeout=idle, return_when=asyncio.FIRST_COMPLETED
                 )
                 if following not in done:
                     if not done and not self._outstanding:
