@@ -461,9 +461,11 @@ def test_the_ddl_is_idempotent_and_verify_names_what_is_missing(postgres_dsn: st
     private = psycopg.conninfo.make_conninfo(postgres_dsn, options=f"-c search_path={name}")
     try:
         assert schema.verify(private) == [
+            "table outbox_channel_parked is missing",
             "table outbox_event is missing",
             "table outbox_leader is missing",
             "table outbox_message is missing",
+            "table outbox_notification is missing",
             "table outbox_requeue_audit is missing",
             "table outbox_stale_marks is missing",
             "table outbox_webhook is missing",

@@ -16,8 +16,10 @@ from typing import Any
 import attrs
 
 from outbox_adapters.http import guard as http_guard
+from outbox_adapters.lanes import consumer as _consumer
 from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.lanes import relay as _relay
+from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.postgres import operator_statements, statements
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.postgres.webhooks import FanOut as _FanOut
@@ -414,6 +416,40 @@ MUTANTS += (
         "publish without waiting for the ack and answer sent (the mark is written whatever the broker says)",
         f"{EVENT_RELAY}::test_published_at_is_set_only_after_the_broker_acknowledged",
         (_relay, "publish_acknowledged", _publish_not_awaited),
+    ),
+)
+
+# --- consumer channels (ADR 0021) -----------------------------------------------------------------
+
+EMAIL_CHANNEL = "tests/integration/test_email_channel.py"
+
+
+def _ack_always(settlement: Any) -> bool:
+    """The mutant of consumer.should_ack: acknowledge whatever the recipients' state."""
+    del settlement
+    return True
+
+
+def _key_without_kind(event_id: str, kind: str) -> str:
+    """The mutant of row_channel.recipient_key: the event id alone."""
+    del kind
+    return event_id
+
+
+MUTANTS += (
+    Mutant(
+        "consumer-ack-before-terminal",
+        "ack only when every recipient is terminal",
+        "ack before the recipients are terminal (should_ack returns True)",
+        f"{EMAIL_CHANNEL}::test_the_broker_message_is_acked_only_when_every_recipient_is_terminal",
+        (_consumer, "should_ack", _ack_always),
+    ),
+    Mutant(
+        "consumer-dedup-key-without-kind",
+        "per-recipient dedup key (event_id, kind)",
+        "dedup key without kind (the event id alone)",
+        f"{EMAIL_CHANNEL}::test_an_event_delivered_three_times_sends_one_email_per_recipient_kind",
+        (_row_channel, "recipient_key", _key_without_kind),
     ),
 )
 

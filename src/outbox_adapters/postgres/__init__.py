@@ -1,12 +1,13 @@
 """PostgreSQL adapters: tables (``queue_table()`` builds any queue-shaped table), the store (one per
 queue table), enqueue on the host's transaction, the leader lease, the LISTEN/NOTIFY wake-up
-listener, the webhook model (:mod:`.webhooks`, whose tables join the shared metadata on import),
-the event outbox (:mod:`.events`, likewise), and the one mapping of psycopg's outage errors to ``StoreUnavailable``.
+listener, the webhook model (:mod:`.webhooks`), the event outbox (:mod:`.events`) and the consumer
+channels' tables (:mod:`.channels`), whose tables join the shared metadata on import, and the one
+mapping of psycopg's outage errors to ``StoreUnavailable``.
 
 Needs the ``postgres`` extra (psycopg 3 + psycopg_pool, SQLAlchemy Core).
 """
 
-from outbox_adapters.postgres import events, schema, statements, webhooks
+from outbox_adapters.postgres import channels, events, schema, statements, webhooks
 from outbox_adapters.postgres.enqueue import (
     MAX_PAYLOAD_BYTES,
     TransactionRequired,
@@ -34,6 +35,7 @@ __all__ = [
     "TransactionRequired",
     "WakeupListener",
     "as_unavailable",
+    "channels",
     "enqueue",
     "enqueue_async",
     "events",

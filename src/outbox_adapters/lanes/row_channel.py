@@ -1,0 +1,123 @@
+"""A channel whose recipients are rows of a lane (ADR 0021): the e-mail channel, and any host
+channel that sends through a lane of its own (SMS, push, ...).
+
+For each event, the channel asks its ``recipients`` function for one :class:`Recipient` per kind:
+a message for the lane, or a refusal (an invalid address: terminal, parked with the reason). It
+writes every message through the one ``enqueue`` with the idempotency key
+``"{event_id}:{kind}"`` (:func:`recipient_key`), insert-or-nothing, and reads the rows back in the
+same transaction:
+
+=================  ==========================================================================
+row                the recipient is
+=================  ==========================================================================
+``dispatched``     sent (terminal)
+``skipped``        done (terminal)
+``failed``         parked: the raw event goes to the DLQ with the kind, the row's last error and
+                   its attempts (terminal)
+``pending``        in progress: the lane's ``Worker`` sends it, retries it on the lane's backoff
+                   (the attempts are the row's, so they carry across redeliveries) and, when its
+                   worker crashed, claims it again once the lease runs out
+=================  ==========================================================================
+
+A redelivered event finds its rows (the key exists: nothing new is written). The channel never
+sends anything itself: every guarantee of the lane's handler (for e-mail: strict TLS, scrub,
+suppression, fenced marks) applies because the row is sent by that lane's runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Final
+
+import attrs
+
+from outbox_adapters.lanes.consumer import Parked, Settlement
+from outbox_adapters.postgres.channels import RecipientRow, RecipientRows
+from outbox_core.delivery import Status
+from outbox_core.events import EventEnvelope
+from outbox_core.messages import NewMessage
+from outbox_core.ports import ReceivedMessage
+
+__all__ = ["RECHECK", "RECHECK_CAP", "Recipient", "RowChannel", "recipient_key"]
+
+#: How soon a nak'd event is looked at again while a row is due or being sent.
+RECHECK: Final = timedelta(seconds=2)
+#: The longest a nak'd event waits before it is looked at again.
+RECHECK_CAP: Final = timedelta(seconds=30)
+
+
+def recipient_key(event_id: str, kind: str) -> str:
+    """The per-recipient idempotency key: one row per (event, kind)."""
+    return f"{event_id}:{kind}"
+
+
+@attrs.frozen
+class Recipient:
+    """One recipient kind of an event: the row to write, or why there is none."""
+
+    kind: str
+    message: NewMessage | None = None
+    #: Set when the recipient is refused before any row is written (terminal, parked).
+    refusal: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if (self.message is None) == (self.refusal is None):
+            raise ValueError("a Recipient has a message or a refusal, not both and not neither")
+
+
+#: ``recipients(event)``: the event's recipients (empty: the channel has nothing to do with it).
+Recipients = Callable[[EventEnvelope], Sequence[Recipient]]
+
+
+class RowChannel:
+    """``lanes.consumer.Channel`` over per-recipient rows of one lane. See the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        rows: RecipientRows,
+        recipients: Recipients,
+        *,
+        recheck: timedelta = RECHECK,
+        recheck_cap: timedelta = RECHECK_CAP,
+    ) -> None:
+        self._name = name
+        self.rows = rows
+        self.recipients = recipients
+        self.recheck = recheck
+        self.recheck_cap = recheck_cap
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def deliver(self, event: EventEnvelope, message: ReceivedMessage) -> Settlement:
+        del message
+        parked: list[Parked] = []
+        messages: dict[str, NewMessage] = {}
+        for recipient in self.recipients(event):
+            if recipient.message is None:
+                parked.append(Parked(recipient.kind, str(recipient.refusal), attempts=0))
+                continue
+            key = recipient_key(event.id, recipient.kind)
+            messages[recipient.kind] = attrs.evolve(recipient.message, idempotency_key=key)
+        rows = await self.rows.ensure(list(messages.values())) if messages else {}
+        waits: list[timedelta] = []
+        for kind, written in messages.items():
+            row = rows.get(str(written.idempotency_key))
+            if row is None:  # pragma: no cover - written in the same transaction
+                waits.append(timedelta(0))
+                continue
+            if row.status is Status.FAILED:
+                parked.append(Parked(kind, _reason(row), attempts=row.attempts))
+            elif row.status is Status.PENDING:
+                waits.append(row.wait)
+        if not waits:
+            return Settlement.done(*parked)
+        wait = min(waits) + self.recheck
+        return Settlement.later(min(wait, self.recheck_cap), *parked)
+
+
+def _reason(row: RecipientRow) -> str:
+    return row.last_error or "failed"

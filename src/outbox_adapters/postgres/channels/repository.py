@@ -1,0 +1,180 @@
+"""What the consumer channels write and read in PostgreSQL (ADR 0021).
+
+- :class:`RecipientRows`: a channel's per-recipient rows in a queue table, written through the one
+  ``enqueue_async`` (insert-or-nothing on the lane's idempotency key) and read back with their
+  state, in one transaction. The rows are then worked by the lane's ``Worker`` like any other.
+- :class:`PostgresParkLedger`: which kinds of which event a channel parked on the dead-letter
+  destination (``outbox_channel_parked``).
+- :class:`NotificationWriter`: the in-app channel's insert-or-nothing into ``outbox_notification``.
+
+Every psycopg error that means "the database is unavailable" leaves here as ``StoreUnavailable``
+(the one mapping, :func:`~outbox_adapters.postgres.errors.mapped_outages`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+import attrs
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+from sqlalchemy import Table
+
+from outbox_adapters.postgres.enqueue import enqueue_async
+from outbox_adapters.postgres.errors import mapped_outages
+from outbox_adapters.postgres.tables import check_queue_table, outbox_message
+from outbox_core.delivery import Status
+from outbox_core.messages import NewMessage
+
+__all__ = [
+    "NewNotification",
+    "NotificationWriter",
+    "PostgresParkLedger",
+    "RecipientRow",
+    "RecipientRows",
+]
+
+# How long until a pending row is worth looking at again: 0 while it is claimed (a send is in
+# flight) or due; else until its backoff ends.
+_STATES: Final = """
+SELECT idempotency_key, status, attempts, last_error,
+       CASE WHEN claim_token IS NOT NULL THEN 0
+            ELSE GREATEST(EXTRACT(EPOCH FROM next_attempt_at - now()), 0) END AS wait
+FROM {table}
+WHERE lane = %(lane)s AND idempotency_key = ANY(%(keys)s) AND idempotency_key IS NOT NULL
+"""
+
+_PARKED: Final = """
+SELECT kind FROM outbox_channel_parked WHERE channel = %(channel)s AND event_id = %(event_id)s
+"""
+
+_PARK: Final = """
+INSERT INTO outbox_channel_parked (channel, event_id, kind, reason, attempts)
+VALUES (%(channel)s, %(event_id)s, %(kind)s, %(reason)s, %(attempts)s)
+ON CONFLICT (channel, event_id, kind) DO NOTHING
+"""
+
+_NOTIFY: Final = """
+INSERT INTO outbox_notification (event_id, audience, tenant_id, title, body)
+VALUES (%(event_id)s, %(audience)s, %(tenant_id)s, %(title)s, %(body)s)
+ON CONFLICT (event_id, audience) DO NOTHING
+"""
+
+
+@attrs.frozen
+class RecipientRow:
+    """One recipient's row as the channel sees it."""
+
+    key: str
+    status: Status
+    attempts: int
+    last_error: str | None
+    #: How long until the row is worth looking at again (0: due, or a send is in flight).
+    wait: timedelta
+
+
+class RecipientRows:
+    """Per-recipient rows of one lane in a queue table (default ``outbox_message``)."""
+
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], *, lane: str, table: Table = outbox_message
+    ) -> None:
+        self._pool = pool
+        self.lane = lane
+        self.table = check_queue_table(table)
+        self._states = sql.SQL(_STATES).format(table=sql.Identifier(self.table.name))
+
+    @mapped_outages
+    async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]:
+        """Write each message unless a row with its idempotency key exists (insert-or-nothing),
+        then return every row by key, in one transaction. Each message carries this lane and a
+        key."""
+        keys = []
+        for message in messages:
+            if message.lane != self.lane or not message.idempotency_key:
+                raise ValueError(f"a recipient row needs lane {self.lane!r} and an idempotency key")
+            keys.append(message.idempotency_key)
+        async with self._pool.connection() as conn, conn.transaction():
+            for message in messages:
+                await enqueue_async(conn, message, table=self.table)
+            cursor = await conn.execute(self._states, {"lane": self.lane, "keys": keys})
+            found = await cursor.fetchall()
+        return {
+            key: RecipientRow(
+                key=key,
+                status=Status(status),
+                attempts=int(attempts),
+                last_error=last_error,
+                wait=timedelta(seconds=float(wait)),
+            )
+            for key, status, attempts, last_error, wait in found
+        }
+
+
+class PostgresParkLedger:
+    """``lanes.consumer.ParkLedger`` on ``outbox_channel_parked``."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self._pool = pool
+
+    @mapped_outages
+    async def parked(self, channel: str, event_id: str) -> frozenset[str]:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(_PARKED, {"channel": channel, "event_id": event_id})
+            return frozenset(kind for (kind,) in await cursor.fetchall())
+
+    @mapped_outages
+    async def record(
+        self, channel: str, event_id: str, kind: str, *, reason: str, attempts: int
+    ) -> None:
+        params = {
+            "channel": channel,
+            "event_id": event_id,
+            "kind": kind,
+            "reason": reason,
+            "attempts": attempts,
+        }
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute(_PARK, params)
+
+
+@attrs.frozen
+class NewNotification:
+    """One in-app notification to write."""
+
+    audience: str = attrs.field(validator=attrs.validators.in_(("platform", "tenant")))
+    tenant_id: str | None
+    title: str
+    body: str
+
+    def __attrs_post_init__(self) -> None:
+        if (self.audience == "platform") != (self.tenant_id is None):
+            raise ValueError("a platform notification has no tenant; a tenant one needs one")
+
+
+class NotificationWriter:
+    """Insert-or-nothing into ``outbox_notification``: one row per (event, audience)."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self._pool = pool
+
+    @mapped_outages
+    async def write(self, event_id: str, notifications: Sequence[NewNotification]) -> int:
+        """Write the notifications of ``event_id`` in one transaction; how many were new."""
+        created = 0
+        async with self._pool.connection() as conn, conn.transaction():
+            for item in notifications:
+                cursor = await conn.execute(
+                    _NOTIFY,
+                    {
+                        "event_id": event_id,
+                        "audience": item.audience,
+                        "tenant_id": item.tenant_id,
+                        "title": item.title,
+                        "body": item.body,
+                    },
+                )
+                created += cursor.rowcount
+        return created
