@@ -31,7 +31,12 @@ from outbox_adapters.cli.options import (
     run,
     stop_on_signals,
 )
-from outbox_adapters.cli.worker_settings import email_lane_config, email_timing, smtp_settings
+from outbox_adapters.cli.worker_settings import (
+    email_lane_config,
+    email_timing,
+    smtp_options,
+    smtp_settings,
+)
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.lanes.email import EMAIL_LANE, EmailHandler
 from outbox_adapters.lanes.webhooks import WEBHOOK_LANE
@@ -72,56 +77,7 @@ class WorkerOptions:
 
 @click.command("worker")
 @database_url()
-@option(
-    "--smtp-url",
-    env="OUTBOX_SMTP_URL",
-    metavar="URL",
-    help="smtp://[user:pass@]host:port of the relay (e-mail lanes: required).",
-)
-@option(
-    "--smtp-tls",
-    env="OUTBOX_SMTP_TLS",
-    type=click.Choice(["starttls", "tls", "none"], case_sensitive=False),
-    default="starttls",
-    show_default=True,
-    help="starttls: strict upgrade; tls: implicit; none: development only.",
-)
-@option(
-    "--sender",
-    env="OUTBOX_SENDER",
-    metavar="ADDR",
-    help="The From address, DMARC-aligned (e-mail lanes: required).",
-)
-@option("--sender-name", env="OUTBOX_SENDER_NAME", help="The From display name.")
-@option(
-    "--allow-plaintext",
-    env="OUTBOX_ALLOW_PLAINTEXT",
-    is_flag=True,
-    help="Permit --smtp-tls none (never in production).",
-)
-@option(
-    "--environment",
-    env="OUTBOX_ENVIRONMENT",
-    default="development",
-    show_default=True,
-    help="Deployment name; 'production' refuses plaintext SMTP and webhooks to http:// URLs.",
-)
-@option(
-    "--smtp-ca-file",
-    env="OUTBOX_SMTP_CA_FILE",
-    type=click.Path(exists=True, dir_okay=False),
-    help="CA bundle to trust instead of the system store.",
-)
-@option(
-    "--smtp-sessions",
-    env="OUTBOX_SMTP_SESSIONS",
-    type=int,
-    # SmtpSettings' own default (DEFAULT_MAX_SESSIONS); a test keeps the two equal.
-    default=4,
-    show_default=True,
-    metavar="N",
-    help="Most SMTP sessions open to the relay at once (1 to 64), each reused for later messages.",
-)
+@smtp_options
 @option("--drain", env="OUTBOX_DRAIN", is_flag=True, help="Exit once a claim finds nothing due.")
 @option(
     "--batch-size",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
+import click
 
-from outbox_adapters.cli.options import Failure, SettingError, setting_error
+from outbox_adapters.cli.options import Failure, SettingError, option, setting_error
 from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.errors import ConfigurationError, InvalidMessage
@@ -18,7 +19,13 @@ if TYPE_CHECKING:
     # The smtp extra is imported when the command runs, so `outbox schema sql` works without it.
     from outbox_adapters.smtp import SmtpSettings
 
-__all__ = ["budget_overrides", "email_lane_config", "email_timing", "smtp_settings"]
+__all__ = [
+    "budget_overrides",
+    "email_lane_config",
+    "email_timing",
+    "smtp_options",
+    "smtp_settings",
+]
 
 
 def budget_overrides(pairs: Sequence[str]) -> dict[str, float]:
@@ -106,3 +113,62 @@ def smtp_settings(  # noqa: PLR0913 - one parameter per option
         return attrs.evolve(settings, max_sessions=sessions)
     except ConfigurationError as exc:
         raise setting_error("--smtp-sessions", "OUTBOX_SMTP_SESSIONS", str(exc)) from None
+
+
+def smtp_options(command: Any) -> Any:  # noqa: ANN401 - a click command
+    """The SMTP options of every command that sends e-mail (``worker``, ``consume``), in one place."""
+    decorators = [
+        option(
+            "--smtp-url",
+            env="OUTBOX_SMTP_URL",
+            metavar="URL",
+            help="smtp://[user:pass@]host:port of the relay (e-mail lanes: required).",
+        ),
+        option(
+            "--smtp-tls",
+            env="OUTBOX_SMTP_TLS",
+            type=click.Choice(["starttls", "tls", "none"], case_sensitive=False),
+            default="starttls",
+            show_default=True,
+            help="starttls: strict upgrade; tls: implicit; none: development only.",
+        ),
+        option(
+            "--sender",
+            env="OUTBOX_SENDER",
+            metavar="ADDR",
+            help="The From address, DMARC-aligned (e-mail lanes: required).",
+        ),
+        option("--sender-name", env="OUTBOX_SENDER_NAME", help="The From display name."),
+        option(
+            "--allow-plaintext",
+            env="OUTBOX_ALLOW_PLAINTEXT",
+            is_flag=True,
+            help="Permit --smtp-tls none (never in production).",
+        ),
+        option(
+            "--environment",
+            env="OUTBOX_ENVIRONMENT",
+            default="development",
+            show_default=True,
+            help="Deployment name; 'production' refuses plaintext SMTP and webhooks to http:// URLs.",
+        ),
+        option(
+            "--smtp-ca-file",
+            env="OUTBOX_SMTP_CA_FILE",
+            type=click.Path(exists=True, dir_okay=False),
+            help="CA bundle to trust instead of the system store.",
+        ),
+        option(
+            "--smtp-sessions",
+            env="OUTBOX_SMTP_SESSIONS",
+            type=int,
+            # SmtpSettings' own default (DEFAULT_MAX_SESSIONS); a test keeps the two equal.
+            default=4,
+            show_default=True,
+            metavar="N",
+            help="Most SMTP sessions open to the relay at once (1 to 64), each reused for later messages.",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        command = decorator(command)
+    return command
