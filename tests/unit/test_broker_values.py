@@ -192,6 +192,13 @@ def test_every_broker_error_of_a_publish_is_an_outcome(exc, kind, maybe):
     assert outcome.reason
 
 
+def test_a_timeout_while_still_connecting_cannot_have_delivered_anything():
+    outcome = publish_outcome(TimeoutError(), "t", sending=False)
+    assert outcome is not None
+    assert (outcome.kind, outcome.maybe_delivered) == (OutcomeKind.TRANSIENT, False)
+    assert "no connection in time" in outcome.reason
+
+
 def test_a_bug_is_not_mapped_and_descriptions_are_short():
     assert publish_outcome(KeyError("x"), "t") is None
     assert describe(ValueError()) == "ValueError"

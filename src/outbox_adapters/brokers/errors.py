@@ -10,8 +10,9 @@ exit codes) handles a broker outage the same way without learning a new type.
 ==========================================  ============================================
 exception                                   publish outcome
 ==========================================  ============================================
-a timeout (ours, nats-py's, Kafka's)        transient, ``maybe_delivered`` (the broker
-                                            may have stored it; the replay is dropped)
+a timeout (ours, nats-py's, Kafka's)        transient; ``maybe_delivered`` once connected
+                                            (the broker may have stored it: the replay is
+                                            dropped or de-duplicated)
 connection refused / closed / no servers    transient
 JetStream "no stream stores the subject"    transient, naming the missing declaration
 Kafka unknown topic, not leader, retriable  transient
@@ -69,9 +70,12 @@ def is_broker_error(exc: BaseException) -> bool:
     return isinstance(exc, _BROKER_ERRORS)
 
 
-def publish_outcome(exc: BaseException, subject: str) -> Outcome | None:  # noqa: PLR0911
+def publish_outcome(  # noqa: PLR0911
+    exc: BaseException, subject: str, *, sending: bool = True
+) -> Outcome | None:
     """The outcome of a publish to ``subject`` that raised ``exc``; ``None`` when ``exc`` is not a
-    broker error (a bug: let it propagate)."""
+    broker error (a bug: let it propagate). ``sending``: the client was connected and the publish
+    may have left (False while still connecting: nothing can have been stored)."""
     if isinstance(exc, nats.js.errors.NoStreamResponseError):
         return Outcome.transient(
             f"no JetStream stream stores subject {subject!r}: declare it (StreamSpec)"
@@ -88,6 +92,8 @@ def publish_outcome(exc: BaseException, subject: str) -> Outcome | None:  # noqa
         return Outcome.permanent(f"the broker refuses this message: {describe(exc)}")
     if isinstance(exc, kafka_errors.KafkaTimeoutError | TimeoutError):
         # The request may have reached the broker: it may be stored (a replay is de-duplicated).
+        if not sending:
+            return Outcome.transient(f"broker unavailable: no connection in time ({describe(exc)})")
         return Outcome.transient(
             f"no acknowledgement in time ({describe(exc)})", maybe_delivered=True
         )

@@ -259,9 +259,11 @@ class KafkaPublisher:
 
     async def publish(self, message: BrokerMessage, *, budget: timedelta) -> Outcome:
         headers = {EVENT_ID_HEADER: message.message_id, **message.headers}
+        connected = False
         try:
             async with asyncio.timeout(budget.total_seconds()):
                 producer = await self.broker.producer()
+                connected = True
                 delivery = await producer.send(
                     message.subject,
                     message.body,
@@ -272,7 +274,7 @@ class KafkaPublisher:
         except BrokerUnavailable as exc:
             return Outcome.transient(str(exc))
         except Exception as exc:
-            outcome = publish_outcome(exc, message.subject)
+            outcome = publish_outcome(exc, message.subject, sending=connected)
             if outcome is None:
                 raise
             return outcome

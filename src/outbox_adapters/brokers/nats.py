@@ -242,16 +242,18 @@ class NatsPublisher:
         headers = {EVENT_ID_HEADER: message.message_id, **message.headers}
         headers[MSG_ID] = message.message_id
         seconds = budget.total_seconds()
+        connected = False
         try:
             async with asyncio.timeout(seconds):
                 js = await self.broker.jetstream()
+                connected = True
                 ack = await js.publish(
                     message.subject, message.body, timeout=seconds, headers=headers
                 )
         except BrokerUnavailable as exc:
             return Outcome.transient(str(exc))
         except Exception as exc:
-            outcome = publish_outcome(exc, message.subject)
+            outcome = publish_outcome(exc, message.subject, sending=connected)
             if outcome is None:
                 raise
             return outcome
