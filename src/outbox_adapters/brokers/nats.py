@@ -120,7 +120,8 @@ class NatsBroker:
         log.warning("NATS connection error: %s", describe(exc))
 
     async def _on_disconnect(self) -> None:
-        log.warning("NATS connection lost; reconnecting")
+        if self._client is not None:  # not our own aclose()
+            log.warning("NATS connection lost; reconnecting")
 
     def publisher(self) -> NatsPublisher:
         return NatsPublisher(self)
