@@ -102,7 +102,7 @@ class KafkaBroker:
                 try:
                     async with operation(f"connecting to Kafka at {self.bootstrap}"):
                         await producer.start()
-                except BrokerUnavailable:
+                except BaseException:  # an outage, or cancelled (a budget): close what it opened
                     await producer.stop()
                     raise
                 self._producer = producer

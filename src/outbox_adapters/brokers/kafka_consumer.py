@@ -191,7 +191,7 @@ class KafkaConsumer:
         try:
             async with operation(f"joining consumer group {self.group}"):
                 await client.start()
-        except BrokerUnavailable:
+        except BaseException:  # an outage, or cancelled while joining: close what it opened
             await client.stop()
             raise
         return client
