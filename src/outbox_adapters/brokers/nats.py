@@ -1,0 +1,395 @@
+"""NATS JetStream behind the broker ports (nats-py).
+
+- **Declaration**: :meth:`NatsBroker.declare` creates (or updates) a file-backed stream per
+  :class:`~outbox_core.brokers.StreamSpec` with its subjects, ``max_age`` and duplicate window, and
+  a companion stream ``<name>-dlq`` for the subjects' DLQs. Streams are never auto-created: a
+  publish to a subject no stream stores is a transient failure naming the missing declaration.
+- **Publish**: ``Nats-Msg-Id`` = the message id; ``sent`` only on a PubAck (JetStream stored it,
+  or had stored it: a duplicate PubAck within the window is sent too).
+- **Consume**: one durable pull consumer per (group, subject), explicit ack, ``nak(delay)``; the
+  delivery count is JetStream's (``num_delivered``), so it survives restarts. A message not acked
+  within ``ack_wait`` (a crashed consumer) is redelivered.
+- **DLQ**: listed with the stream's direct message reads (no consumer: listing consumes nothing),
+  redriven by a publish to the source subject under a new ``Nats-Msg-Id`` (the original id may still
+  be in the duplicate window) followed by deleting the parked copies.
+
+The connection is made on first use and re-made by nats-py after a loss, so a relay starts while the
+broker is down and its publishes report ``transient`` until it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api
+
+from outbox_adapters.brokers.errors import (
+    BrokerUnavailable,
+    describe,
+    is_broker_error,
+    log,
+    operation,
+    publish_outcome,
+)
+from outbox_core.brokers import (
+    DLQ_SOURCE,
+    EVENT_ID_HEADER,
+    DeadLetter,
+    StreamSpec,
+    dlq_subject,
+    source_of,
+)
+from outbox_core.errors import ConfigurationError
+from outbox_core.outcomes import Outcome
+from outbox_core.ports import BrokerMessage
+
+__all__ = ["NatsBroker", "NatsConsumer", "NatsMessage", "NatsPublisher"]
+
+MSG_ID = "Nats-Msg-Id"
+_DLQ_PREFIX = "outbox-dlq-"
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+_RECONNECTS = 3
+
+
+def _public_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """The message's own headers (JetStream's ``Nats-*`` bookkeeping left out)."""
+    return {k: v for k, v in (headers or {}).items() if not k.startswith("Nats-")}
+
+
+class NatsBroker:
+    """A JetStream connection: publishers, durable consumer groups, declaration, the DLQ."""
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        *,
+        streams: Sequence[StreamSpec] = (),
+        ack_wait: timedelta = timedelta(minutes=2),
+        connect_timeout: float = 2.0,
+        request_timeout: float = 5.0,
+    ) -> None:
+        self.servers = list(servers)
+        self.ack_wait = ack_wait
+        self._pending = list(streams)
+        self._connect_timeout = connect_timeout
+        self._request_timeout = request_timeout
+        self._client: Client | None = None
+        self._lock = asyncio.Lock()
+
+    async def jetstream(self) -> nats.js.JetStreamContext:
+        """The JetStream context, connecting (and declaring ``streams``) on first use."""
+        async with self._lock:
+            if self._client is None or self._client.is_closed:
+                async with operation(f"connecting to NATS at {', '.join(self._where())}"):
+                    self._client = await nats.connect(
+                        servers=self.servers,
+                        connect_timeout=self._connect_timeout,
+                        # A few tries, then the client closes: the next use connects anew
+                        # (a publish meanwhile is transient, a consumer waits and re-binds).
+                        allow_reconnect=True,
+                        max_reconnect_attempts=_RECONNECTS,
+                        reconnect_time_wait=0.5,
+                        error_cb=self._on_error,
+                        disconnected_cb=self._on_disconnect,
+                    )
+            js = self._client.jetstream(timeout=self._request_timeout)
+            while self._pending:
+                await self._declare(js, self._pending[0])
+                self._pending.pop(0)
+            return js
+
+    @property
+    def closed(self) -> bool:
+        """No live connection (never made, or nats-py gave up reconnecting)."""
+        return self._client is None or self._client.is_closed
+
+    def _where(self) -> list[str]:
+        return [re.sub(r"//[^@/]*@", "//", s) for s in self.servers]  # never a password
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.warning("NATS connection error: %s", describe(exc))
+
+    async def _on_disconnect(self) -> None:
+        if self._client is not None:  # not our own aclose()
+            log.warning("NATS connection lost; reconnecting")
+
+    def publisher(self) -> NatsPublisher:
+        return NatsPublisher(self)
+
+    def consumer(self, group: str, subjects: Sequence[str]) -> NatsConsumer:
+        return NatsConsumer(self, group, tuple(subjects))
+
+    async def declare(self, spec: StreamSpec) -> None:
+        await self._declare(await self.jetstream(), spec)
+
+    async def _declare(self, js: nats.js.JetStreamContext, spec: StreamSpec) -> None:
+        for name, subjects in ((spec.name, spec.subjects), (f"{spec.name}-dlq", spec.dlq_subjects)):
+            config = api.StreamConfig(
+                name=name,
+                subjects=list(subjects),
+                retention=api.RetentionPolicy.LIMITS,
+                storage=api.StorageType.FILE,
+                discard=api.DiscardPolicy.OLD,
+                max_age=spec.max_age.total_seconds(),
+                duplicate_window=spec.duplicate_window.total_seconds(),
+                num_replicas=spec.replicas,
+            )
+            async with operation(f"declaring stream {name}"):
+                try:
+                    await js.stream_info(name)
+                except nats.js.errors.NotFoundError:
+                    await js.add_stream(config)
+                else:
+                    await js.update_stream(config)
+
+    async def stream_of(self, subject: str) -> str:
+        """The stream that stores ``subject``; :class:`ConfigurationError` when none does."""
+        js = await self.jetstream()
+        async with operation(f"looking up the stream of {subject}"):
+            try:
+                return await js.find_stream_name_by_subject(subject)
+            except nats.js.errors.NotFoundError:
+                raise ConfigurationError(
+                    f"no JetStream stream stores subject {subject!r}: declare it (StreamSpec)"
+                ) from None
+
+    async def dead_letters(self, topic: str, *, limit: int = 100) -> list[DeadLetter]:
+        return [letter for letter, _ in await self._parked(dlq_subject(topic), limit)]
+
+    async def _parked(self, dlq: str, limit: int | None) -> list[tuple[DeadLetter, bytes]]:
+        stream = await self.stream_of(dlq)
+        js = await self.jetstream()
+        found: list[tuple[DeadLetter, bytes]] = []
+        seq = 1
+        async with operation(f"listing {dlq}"):
+            while limit is None or len(found) < limit:
+                try:
+                    raw = await js.get_msg(stream, seq=seq, subject=dlq, next=True)
+                except nats.js.errors.NotFoundError:
+                    break
+                if raw.seq is None:
+                    break
+                seq = raw.seq + 1
+                headers = _public_headers(raw.headers)
+                body = raw.data or b""
+                found.append(
+                    (
+                        DeadLetter(
+                            message_id=headers.get(EVENT_ID_HEADER)
+                            or (raw.headers or {}).get(MSG_ID, f"{stream}:{raw.seq}"),
+                            subject=raw.subject or dlq,
+                            source=headers.get(DLQ_SOURCE) or source_of(dlq),
+                            headers=headers,
+                            size=len(body),
+                            time=raw.time or datetime.now(UTC),
+                            position=str(raw.seq),
+                        ),
+                        body,
+                    )
+                )
+        return found
+
+    async def redrive(self, topic: str, ids: Sequence[str] | None = None) -> int:
+        dlq = dlq_subject(topic)
+        wanted = None if ids is None else set(ids)
+        parked = [
+            (d, b)
+            for d, b in await self._parked(dlq, None)
+            if wanted is None or d.message_id in wanted
+        ]
+        stream = await self.stream_of(dlq)
+        js = await self.jetstream()
+        done: set[str] = set()
+        for letter, body in parked:
+            async with operation(f"redriving {letter.message_id} from {dlq}"):
+                if letter.message_id not in done:
+                    headers = {
+                        k: v for k, v in letter.headers.items() if not k.startswith(_DLQ_PREFIX)
+                    }
+                    # A new id: the original may still be in the source's duplicate window.
+                    headers[MSG_ID] = f"{letter.message_id}/redrive/{letter.position}"
+                    await js.publish(letter.source, body, headers=headers)
+                    done.add(letter.message_id)
+                await js.delete_msg(stream, int(letter.position))
+        return len(done)
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and not client.is_closed:
+            try:
+                await client.drain()
+            except Exception as exc:  # noqa: BLE001 - closing: report, never raise
+                log.warning("closing the NATS connection: %s", describe(exc))
+                await client.close()
+
+
+class NatsPublisher:
+    """``ports.Publisher`` on JetStream: ``sent`` only on a PubAck."""
+
+    def __init__(self, broker: NatsBroker) -> None:
+        self.broker = broker
+
+    async def publish(self, message: BrokerMessage, *, budget: timedelta) -> Outcome:
+        headers = {EVENT_ID_HEADER: message.message_id, **message.headers}
+        headers[MSG_ID] = message.message_id
+        seconds = budget.total_seconds()
+        connected = False
+        try:
+            async with asyncio.timeout(seconds):
+                js = await self.broker.jetstream()
+                connected = True
+                ack = await js.publish(
+                    message.subject, message.body, timeout=seconds, headers=headers
+                )
+        except BrokerUnavailable as exc:
+            return Outcome.transient(str(exc))
+        except Exception as exc:
+            outcome = publish_outcome(exc, message.subject, sending=connected)
+            if outcome is None:
+                raise
+            return outcome
+        del ack  # stored (ack.seq), or a duplicate of a stored one (ack.duplicate): sent either way
+        return Outcome.sent()
+
+
+class NatsMessage:
+    """One JetStream delivery (``ports.ReceivedMessage``)."""
+
+    def __init__(self, msg: Msg) -> None:
+        self._msg = msg
+        self._settled = False
+        raw = msg.headers or {}
+        self.headers: Mapping[str, str] = _public_headers(raw)
+        meta = msg.metadata
+        self.message_id: str = (
+            raw.get(EVENT_ID_HEADER) or raw.get(MSG_ID) or (f"{meta.stream}:{meta.sequence.stream}")
+        )
+        self.deliveries: int = meta.num_delivered
+        self.subject: str = msg.subject
+        self.body: bytes = msg.data
+
+    async def ack(self) -> None:
+        await self._settle(self._msg.ack())
+
+    async def nak(self, *, delay: timedelta | None = None) -> None:
+        await self._settle(self._msg.nak(delay=delay.total_seconds() if delay else None))
+
+    async def _settle(self, call: Any) -> None:  # noqa: ANN401 - a nats-py coroutine
+        if self._settled:
+            call.close()
+            return
+        self._settled = True
+        try:
+            await call
+        except Exception as exc:
+            if not is_broker_error(exc):
+                raise
+            # The broker redelivers it after ack_wait: at least once still holds.
+            log.warning("settling message %s failed: %s", self.message_id, describe(exc))
+
+
+class NatsConsumer:
+    """``ports.Consumer`` of one group: a durable pull consumer per subject, explicit acks."""
+
+    def __init__(
+        self, broker: NatsBroker, group: str, subjects: tuple[str, ...], *, batch: int = 10
+    ) -> None:
+        if not subjects:
+            raise ConfigurationError(f"consumer group {group!r} needs at least one subject")
+        self.broker = broker
+        self.group = group
+        self.subjects = subjects
+        self.batch = batch
+        self.fetch_wait = 0.5
+        self._closed = False
+        self._subs: list[Any] = []
+
+    def close(self) -> None:
+        """End :meth:`messages` at the next fetch that finds nothing waiting."""
+        self._closed = True
+
+    def durable_name(self, subject: str) -> str:
+        return _UNSAFE_NAME.sub("_", f"{self.group}--{subject}")
+
+    async def _subscribe(self) -> list[Any]:
+        js = await self.broker.jetstream()
+        subs = []
+        for subject in self.subjects:
+            stream = await self.broker.stream_of(subject)
+            name = self.durable_name(subject)
+            config = api.ConsumerConfig(
+                durable_name=name,
+                ack_policy=api.AckPolicy.EXPLICIT,
+                deliver_policy=api.DeliverPolicy.ALL,
+                filter_subject=subject,
+                ack_wait=self.broker.ack_wait.total_seconds(),
+                max_deliver=-1,
+                max_ack_pending=1000,
+            )
+            async with operation(f"declaring consumer {name} on {stream}"):
+                try:
+                    await js.add_consumer(stream, config)
+                except nats.js.errors.BadRequestError as exc:
+                    # It exists with other settings (an earlier version's ack_wait): keep it.
+                    log.warning("consumer %s kept as it is: %s", name, describe(exc))
+                subs.append(await js.pull_subscribe_bind(name, stream=stream))
+        return subs
+
+    async def messages(self) -> AsyncIterator[NatsMessage]:
+        warned = False
+        try:
+            while True:
+                if not self._subs:
+                    try:
+                        self._subs = await self._subscribe()
+                    except BrokerUnavailable as exc:
+                        if self._closed:
+                            return
+                        if not warned:
+                            log.warning("consumer %s waits for the broker: %s", self.group, exc)
+                            warned = True
+                        await asyncio.sleep(1.0)
+                        continue
+                    warned = False
+                got = 0
+                for sub in list(self._subs):
+                    for msg in await self._fetch(sub):
+                        got += 1
+                        yield NatsMessage(msg)
+                if self._closed and not got:
+                    return
+        finally:
+            await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            try:
+                await sub.unsubscribe()
+            except Exception as exc:  # noqa: BLE001 - closing: report, never raise
+                log.debug("unsubscribing: %s", describe(exc))
+
+    async def _fetch(self, sub: Any) -> list[Msg]:  # noqa: ANN401 - nats-py's pull subscription
+        try:
+            msgs: list[Msg] = await sub.fetch(self.batch, timeout=self.fetch_wait)
+        except nats.errors.TimeoutError:
+            return []
+        except Exception as exc:
+            if not is_broker_error(exc):
+                raise
+            log.warning("consumer %s: fetching failed, retrying: %s", self.group, describe(exc))
+            if isinstance(exc, nats.errors.ConnectionClosedError) or self.broker.closed:
+                await self._unsubscribe()  # bind again on a new connection
+            await asyncio.sleep(1.0)
+            return []
+        return msgs
