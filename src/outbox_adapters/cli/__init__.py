@@ -20,9 +20,11 @@ import logging
 
 import click
 
+from outbox_adapters.cli.consume import consume_command
 from outbox_adapters.cli.demo import demo_command
 from outbox_adapters.cli.endpoints import endpoints_group
 from outbox_adapters.cli.enqueue import enqueue_group
+from outbox_adapters.cli.events import dlq_group, publish_command, relay_command
 from outbox_adapters.cli.keys import keys_group
 from outbox_adapters.cli.operator import (
     failed_command,
@@ -48,7 +50,8 @@ __all__ = ["main"]
     help="Log level of the library's logs on stderr.",
 )
 def main(log_level: str) -> None:
-    """leased-outbox: operate the transactional outbox (schema, enqueue, worker, requeue, demo)."""
+    """leased-outbox: operate the transactional outbox (schema, enqueue, worker, webhooks, events,
+    requeue, demo)."""
     root = logging.getLogger()
     if not root.handlers:  # a host (or a test runner) that configured logging keeps its setup
         logging.basicConfig(
@@ -58,6 +61,10 @@ def main(log_level: str) -> None:
 
 for _command in (
     schema_group,
+    publish_command,
+    relay_command,
+    consume_command,
+    dlq_group,
     enqueue_group,
     worker_command,
     get_command,

@@ -32,6 +32,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from outbox_core.brokers import DLQ_REASON, park_message
 from outbox_core.errors import InvalidPayload
 from outbox_core.events import EventEnvelope, decode_event
 from outbox_core.mail import clean_line
@@ -39,12 +40,6 @@ from outbox_core.outcomes import OutcomeKind
 from outbox_core.ports import BrokerMessage, Consumer, Publisher, ReceivedMessage
 
 __all__ = [
-    "DLQ_ATTEMPTS",
-    "DLQ_GROUP",
-    "DLQ_KIND",
-    "DLQ_REASON",
-    "DLQ_SOURCE",
-    "DLQ_SUFFIX",
     "EVENT_DEADLINE",
     "UNDECODABLE",
     "Channel",
@@ -59,13 +54,6 @@ __all__ = [
 
 _log = logging.getLogger("outbox_adapters.lanes.consumer")
 
-#: The dead-letter destination of a subject/topic is the subject with this suffix.
-DLQ_SUFFIX: Final = ".dlq"
-DLQ_KIND: Final = "outbox-dlq-kind"
-DLQ_REASON: Final = "outbox-dlq-reason"
-DLQ_ATTEMPTS: Final = "outbox-dlq-attempts"
-DLQ_GROUP: Final = "outbox-dlq-group"
-DLQ_SOURCE: Final = "outbox-dlq-source"
 #: The kind under which a message that is no event is parked.
 UNDECODABLE: Final = "undecodable"
 #: Each event is processed within this long (deliver + parking), else nak'd and retried.
@@ -133,24 +121,20 @@ def should_ack(settlement: Settlement) -> bool:
 def dlq_message(
     message: ReceivedMessage, *, group: str, parked: Parked, key: str | None = None
 ) -> BrokerMessage:
-    """The dead-letter message for ``parked``: the RAW body on ``<subject>.dlq``, the original
-    headers plus ``outbox-dlq-*`` (kind, reason, attempts, group, source). Its message id is unique
-    per (message, group, kind), so a repeated park is dropped by a de-duplicating broker."""
-    reason = clean_line(parked.reason)[:_MAX_REASON] or "no reason given"
-    headers = {
-        **message.headers,
-        DLQ_KIND: parked.kind,
-        DLQ_REASON: reason,
-        DLQ_ATTEMPTS: str(parked.attempts),
-        DLQ_GROUP: group,
-        DLQ_SOURCE: message.subject,
-    }
-    return BrokerMessage(
-        subject=f"{message.subject}{DLQ_SUFFIX}",
+    """The dead-letter message for ``parked``: the RAW body on ``<subject>.dlq`` with the
+    ``outbox-dlq-*`` headers (:func:`outbox_core.brokers.park_message`, the one definition of a
+    park: its message id is unique per (event, group, kind), so a repeated park is dropped by a
+    de-duplicating broker and two kinds are two entries)."""
+    return park_message(
+        source=message.subject,
         key=key or message.message_id,
-        message_id=f"{message.message_id}{DLQ_SUFFIX}.{group}.{parked.kind}",
+        event_id=message.message_id,
         body=bytes(message.body),
-        headers=headers,
+        headers=message.headers,
+        group=group,
+        kind=parked.kind,
+        reason=clean_line(parked.reason) or "no reason given",
+        attempts=parked.attempts,
     )
 
 

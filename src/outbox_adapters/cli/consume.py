@@ -1,0 +1,190 @@
+"""``outbox consume --channel email|inapp``: one consumer channel of the event stream (ADR 0021).
+
+The e-mail channel writes one e-mail row per recipient kind through the e-mail lane
+``notification-email`` and runs that lane's worker beside the consumer, so every e-mail guarantee
+(strict TLS, scrub, suppression, fenced marks) applies; it is not started without SMTP settings.
+The in-app channel writes the feed's rows and needs no SMTP. Both acknowledge an event only once
+every recipient is terminal, and park what cannot be delivered on ``<topic>.dlq``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import click
+
+from outbox_adapters.brokers import connect_broker
+from outbox_adapters.cli.events import DEFAULT_TOPIC, broker_option, stream_specs
+from outbox_adapters.cli.options import (
+    Failure,
+    SettingError,
+    connection_pool,
+    database_errors,
+    database_url,
+    option,
+    run,
+    setting_error,
+    stop_on_signals,
+)
+from outbox_adapters.cli.worker_settings import smtp_options, smtp_settings
+from outbox_adapters.lanes.channel_workers import EmailChannelWorkers, inapp_consumer
+from outbox_adapters.lanes.email_channel import (
+    EMAIL_CHANNEL_GROUP,
+    check_public_url,
+    email_channel_disabled_warning,
+    platform_recipes,
+)
+from outbox_adapters.lanes.inapp import INAPP_CHANNEL_GROUP
+from outbox_adapters.postgres import schema
+from outbox_core.errors import ConfigurationError, InvalidMessage
+from outbox_core.mail import validate_address
+
+__all__ = ["consume_command"]
+
+
+@click.command("consume")
+@option(
+    "--channel",
+    env="OUTBOX_CHANNEL",
+    type=click.Choice(["email", "inapp"]),
+    required=True,
+    help="email: one e-mail per recipient kind; inapp: the dashboards' feed rows.",
+)
+@database_url()
+@broker_option(required=True)
+@option("--topic", env="OUTBOX_TOPIC", default=DEFAULT_TOPIC, show_default=True, help="Topic.")
+@smtp_options
+@option(
+    "--public-url",
+    env="OUTBOX_PUBLIC_URL",
+    metavar="URL",
+    help="The application's public URL, for the links in e-mails (email channel: required).",
+)
+@option(
+    "--platform-owner",
+    env="OUTBOX_PLATFORM_OWNER",
+    metavar="ADDR",
+    help="Who is told of every new tenant (owner_notify); none: that e-mail is left out.",
+)
+@option("--drain", env="OUTBOX_DRAIN", is_flag=True, help="Exit once every event is settled.")
+def consume_command(  # noqa: PLR0913, PLR0917 - one parameter per option
+    channel: str,
+    database_url: str,
+    broker: str,
+    topic: str,
+    smtp_url: str | None,
+    smtp_tls: str,
+    sender: str | None,
+    sender_name: str | None,
+    allow_plaintext: bool,  # noqa: FBT001
+    environment: str,
+    smtp_ca_file: str | None,
+    smtp_sessions: int,
+    public_url: str | None,
+    platform_owner: str | None,
+    drain: bool,  # noqa: FBT001
+) -> None:
+    """Consume TOPIC into one channel until SIGTERM (or, with --drain, until nothing arrives)."""
+    del sender_name
+    specs = stream_specs([topic], 7.0)
+    with database_errors():
+        problems = schema.verify(database_url)
+    if problems:
+        raise Failure(f"the outbox schema is incomplete ({problems[0]}): run `outbox schema apply`")
+    if channel == "inapp":
+        stats: Any = run(_inapp(database_url, broker, topic, specs, drain=drain))
+    else:
+        if smtp_url is None or sender is None:
+            click.echo(email_channel_disabled_warning(), err=True)
+            raise SettingError("--smtp-url and --sender are required for --channel email")
+        if public_url is None:
+            raise setting_error("--public-url", "OUTBOX_PUBLIC_URL", "required for --channel email")
+        try:
+            recipes = platform_recipes(
+                check_public_url(public_url),
+                validate_address(platform_owner) if platform_owner else None,
+            )
+        except (ConfigurationError, InvalidMessage) as exc:
+            raise SettingError(f"--public-url / --platform-owner: {exc}") from None
+        if platform_owner is None:
+            click.echo("no --platform-owner: owner_notify e-mails are left out", err=True)
+        smtp = smtp_settings(
+            smtp_url,
+            tls=smtp_tls,
+            sender=sender,
+            environment=environment,
+            allow_plaintext=allow_plaintext,
+            ca_file=smtp_ca_file,
+            sessions=smtp_sessions,
+        )
+        click.echo(smtp.describe())
+        stats = run(
+            _email(
+                database_url,
+                broker,
+                topic,
+                specs,
+                smtp=smtp,
+                sender=sender,
+                recipes=recipes,
+                drain=drain,
+            )
+        )
+    click.echo("consumer stopped: " + _figures(stats))
+
+
+def _figures(stats: Any) -> str:  # noqa: ANN401 - the channel's stats
+    figures = attrs.asdict(stats) if attrs.has(type(stats)) else {}
+    flat: dict[str, Any] = {}
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{k}": v for k, v in value.items() if v})
+        elif value:
+            flat[key] = value
+    return ", ".join(f"{k} {v}" for k, v in flat.items()) or "nothing done"
+
+
+async def _inapp(url: str, broker_url: str, topic: str, specs: Any, *, drain: bool) -> Any:  # noqa: ANN401
+    broker = await connect_broker(broker_url, streams=specs)
+    try:
+        async with connection_pool(url, max_size=3) as pool:
+            consumer = inapp_consumer(
+                pool, broker.consumer(INAPP_CHANNEL_GROUP, [topic]), broker.publisher()
+            )
+            click.echo(f"channel inapp: {topic} at {broker_url.rsplit('@', maxsplit=1)[-1]}")
+            with stop_on_signals(consumer.request_stop):
+                return await consumer.run(drain=drain)
+    finally:
+        await broker.aclose()
+
+
+async def _email(  # noqa: PLR0913 - the validated settings
+    url: str,
+    broker_url: str,
+    topic: str,
+    specs: Any,  # noqa: ANN401
+    *,
+    smtp: Any,  # noqa: ANN401
+    sender: str,
+    recipes: Any,  # noqa: ANN401
+    drain: bool,
+) -> Any:  # noqa: ANN401
+    from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415 - the smtp extra
+
+    broker = await connect_broker(broker_url, streams=specs)
+    try:
+        async with connection_pool(url, max_size=5) as pool, SmtpMailer(smtp) as mailer:
+            workers = EmailChannelWorkers(
+                pool,
+                broker.consumer(EMAIL_CHANNEL_GROUP, [topic]),
+                broker.publisher(),
+                mailer,
+                sender=sender,
+                recipes=recipes,
+            )
+            click.echo(f"channel email: {topic} at {broker_url.rsplit('@', maxsplit=1)[-1]}")
+            with stop_on_signals(workers.request_stop):
+                return await workers.run(drain=drain)
+    finally:
+        await broker.aclose()

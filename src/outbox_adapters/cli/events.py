@@ -1,0 +1,291 @@
+"""``outbox publish|relay|consume|dlq``: domain events from the command line (ADR 0019-0021).
+
+- ``publish`` writes one event into the event outbox in a transaction of its own (a host does it in
+  its business transaction with ``outbox_adapters.postgres.events.publish``).
+- ``relay`` runs the relay lane (leader-gated): unpublished events to the broker, in key order,
+  ``published_at`` only after the broker's acknowledgement. Without a broker it says so and exits.
+- ``consume --channel email|inapp`` runs one consumer channel; the e-mail channel also runs the
+  worker of its e-mail lane (every e-mail guarantee applies) and needs SMTP settings.
+- ``dlq list|redrive`` shows the parked events of a topic without consuming them, or puts them back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import attrs
+import click
+
+from outbox_adapters.brokers import connect_broker
+from outbox_adapters.cli.endpoints import json_option
+from outbox_adapters.cli.options import (
+    Failure,
+    SettingError,
+    connection_pool,
+    database_errors,
+    database_url,
+    option,
+    run,
+    setting_error,
+    stop_on_signals,
+)
+from outbox_adapters.lanes.relay import RelayHandler, relay_disabled_warning, relay_lane
+from outbox_adapters.postgres import PostgresLeaderLease, PostgresStore, schema
+from outbox_adapters.postgres.events import outbox_event, publish
+from outbox_adapters.runtime import Worker
+from outbox_core.brokers import StreamSpec
+from outbox_core.errors import ConfigurationError, InvalidMessage
+
+__all__ = ["dlq_group", "publish_command", "relay_command"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The topic the platform's lifecycle events ride on (the seed's ``platform-events``).
+DEFAULT_TOPIC = "platform-events"
+
+
+def broker_option(*, required: bool) -> Callable[[F], F]:
+    return option(
+        "--broker",
+        env="OUTBOX_BROKER",
+        required=required,
+        metavar="URL",
+        help="nats://HOST:PORT or kafka://HOST:PORT[,HOST:PORT...]",
+    )
+
+
+def topic_option(command: F) -> F:
+    return option(
+        "--topic",
+        "topics",
+        env="OUTBOX_TOPIC",
+        multiple=True,
+        default=(DEFAULT_TOPIC,),
+        show_default=True,
+        help="A topic (NATS subject / Kafka topic) to declare and work; repeat for more.",
+    )(command)
+
+
+def stream_specs(topics: Sequence[str], max_age_days: float) -> list[StreamSpec]:
+    try:
+        return [
+            StreamSpec(
+                name=topic.replace(".", "_").replace("-", "_").upper(),
+                subjects=(topic,),
+                max_age=timedelta(days=max_age_days),
+            )
+            for topic in topics
+        ]
+    except (ConfigurationError, ValueError) as exc:
+        raise setting_error("--topic", "OUTBOX_TOPIC", str(exc)) from None
+
+
+def _verified(database: str) -> None:
+    with database_errors():
+        problems = schema.verify(database)
+    if problems:
+        raise Failure(f"the outbox schema is incomplete ({problems[0]}): run `outbox schema apply`")
+
+
+@click.command("publish")
+@database_url()
+@option("--topic", env="OUTBOX_TOPIC", default=DEFAULT_TOPIC, show_default=True, help="Topic.")
+@option("--key", env="OUTBOX_EVENT_KEY", required=True, help="Partition key (per-key order).")
+@option("--type", "event_type", env="OUTBOX_EVENT_TYPE", required=True, help="Event type.")
+@option("--data", env="OUTBOX_EVENT_DATA", required=True, metavar="JSON", help="A JSON object.")
+@option("--source", env="OUTBOX_EVENT_SOURCE", default="app", show_default=True, help="Source.")
+@option("--event-id", env="OUTBOX_EVENT_ID", help="The event's id (default: a new uuid4).")
+@json_option
+def publish_command(  # noqa: PLR0913, PLR0917 - one parameter per option
+    database_url: str,
+    topic: str,
+    key: str,
+    event_type: str,
+    data: str,
+    source: str,
+    event_id: str | None,
+    as_json: bool,  # noqa: FBT001
+) -> None:
+    """Write one event into the event outbox (the relay publishes it)."""
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        raise setting_error("--data", "OUTBOX_EVENT_DATA", "not JSON") from None
+    with database_errors():
+        import psycopg  # noqa: PLC0415 - the postgres extra, present when this runs
+
+        with psycopg.connect(database_url) as conn, conn.transaction():
+            try:
+                made = publish(
+                    conn, topic=topic, key=key, type=event_type, data=fields, source=source,
+                    event_id=event_id,
+                )  # fmt: skip
+            except InvalidMessage as exc:
+                raise SettingError(f"the event was refused, nothing was written: {exc}") from None
+    if as_json:
+        click.echo(json.dumps({"event_id": made.event.id, "created": made.created}))
+        return
+    verb = "published to the outbox" if made.created else "already in the outbox (nothing written)"
+    click.echo(f"event {made.event.id} {verb}: {event_type} on {topic}, key {key}")
+
+
+@click.command("relay")
+@database_url()
+@broker_option(required=False)
+@topic_option
+@option(
+    "--max-age-days",
+    env="OUTBOX_STREAM_MAX_AGE_DAYS",
+    type=click.FloatRange(min=0, min_open=True),
+    default=7.0,
+    show_default=True,
+    help="How long the broker keeps events (short: they carry personal data).",
+)
+@option("--drain", env="OUTBOX_DRAIN", is_flag=True, help="Exit once nothing is left to publish.")
+@option(
+    "--leader/--no-leader",
+    env="OUTBOX_LEADER",
+    default=True,
+    show_default=True,
+    help="Hold the relay's leader lease (one relay across replicas).",
+)
+@option(
+    "--poll-interval",
+    env="OUTBOX_POLL_INTERVAL",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Sleep after a claim that found less than a batch.",
+)
+def relay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
+    database_url: str,
+    broker: str | None,
+    topics: tuple[str, ...],
+    max_age_days: float,
+    drain: bool,  # noqa: FBT001
+    leader: bool,  # noqa: FBT001
+    poll_interval: float,
+) -> None:
+    """Publish the event outbox to the broker, in key order, until SIGTERM (or --drain)."""
+    if broker is None:
+        click.echo(relay_disabled_warning(), err=True)
+        return
+    specs = stream_specs(topics, max_age_days)
+    try:
+        config = relay_lane(poll_interval=poll_interval)
+    except ConfigurationError as exc:
+        raise SettingError(f"relay: {exc}") from None
+    click.echo(f"relay timing: {config.timing.describe()}")
+    _verified(database_url)
+    stats = run(_relay(database_url, broker, specs, config, drain=drain, leader=leader))
+    figures = attrs.asdict(stats)
+    click.echo("relay stopped: " + ", ".join(f"{k} {v}" for k, v in figures.items() if v))
+
+
+async def _relay(  # noqa: PLR0913 - the validated settings
+    database_url: str,
+    broker_url: str,
+    specs: Sequence[StreamSpec],
+    config: Any,  # noqa: ANN401 - a LaneConfig
+    *,
+    drain: bool,
+    leader: bool,
+) -> Any:  # noqa: ANN401 - WorkerStats
+    try:
+        broker = await connect_broker(broker_url, streams=specs)
+    except ConfigurationError as exc:
+        raise setting_error("--broker", "OUTBOX_BROKER", str(exc)) from None
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        async with connection_pool(database_url, max_size=4) as pool:
+            worker = Worker(
+                PostgresStore(pool, table=outbox_event),
+                RelayHandler(broker.publisher()),
+                config,
+                leader=PostgresLeaderLease(pool) if leader else None,
+                holder=holder,
+            )
+            click.echo(
+                f"relay: {', '.join(s.subjects[0] for s in specs)} to {broker_url.rsplit('@', maxsplit=1)[-1]},"
+                f" holder {holder}, leader lease {'on' if leader else 'off'}"
+            )
+            with stop_on_signals(worker.request_stop):
+                return await worker.run(drain=drain)
+    finally:
+        await broker.aclose()
+
+
+@click.group("dlq")
+def dlq_group() -> None:
+    """Dead letters: the events a consumer channel parked (list without consuming; redrive)."""
+
+
+@dlq_group.command("list")
+@broker_option(required=True)
+@option("--topic", env="OUTBOX_TOPIC", default=DEFAULT_TOPIC, show_default=True, help="Topic.")
+@option(
+    "--limit", env="OUTBOX_DLQ_LIMIT", type=click.IntRange(min=1), default=100, show_default=True
+)
+@json_option
+def dlq_list_command(broker: str, topic: str, limit: int, as_json: bool) -> None:  # noqa: FBT001
+    """The parked events of TOPIC, newest last: id, group, kind, reason, attempts."""
+    letters = run(_dead_letters(broker, topic, limit))
+    if as_json:
+        click.echo(json.dumps({"dead_letters": [_letter_json(d) for d in letters]}))
+        return
+    if not letters:
+        click.echo(f"no dead letters on {topic}")
+    for d in letters:
+        click.echo(
+            f"{d.message_id}  {d.group or '-'}  {d.kind or '-'}  attempts {d.attempts}  {d.reason}"
+        )
+
+
+@dlq_group.command("redrive")
+@broker_option(required=True)
+@option("--topic", env="OUTBOX_TOPIC", default=DEFAULT_TOPIC, show_default=True, help="Topic.")
+@click.argument("ids", nargs=-1)
+def dlq_redrive_command(broker: str, topic: str, ids: tuple[str, ...]) -> None:
+    """Put parked events (IDS, or all of them) back on their source topic."""
+    moved = run(_redrive(broker, topic, list(ids) or None))
+    click.echo(f"{moved} event(s) put back on {topic}")
+
+
+def _letter_json(letter: Any) -> dict[str, Any]:  # noqa: ANN401 - a DeadLetter
+    return {
+        "message_id": letter.message_id,
+        "group": letter.group,
+        "kind": letter.kind,
+        "reason": letter.reason,
+        "attempts": letter.attempts,
+        "subject": letter.subject,
+    }
+
+
+async def _dead_letters(url: str, topic: str, limit: int) -> list[Any]:
+    broker = await _broker(url)
+    try:
+        return list(await broker.dead_letters(topic, limit=limit))
+    finally:
+        await broker.aclose()
+
+
+async def _redrive(url: str, topic: str, ids: list[str] | None) -> int:
+    broker = await _broker(url)
+    try:
+        return int(await broker.redrive(topic, ids))
+    finally:
+        await broker.aclose()
+
+
+async def _broker(url: str) -> Any:  # noqa: ANN401 - a Broker
+    try:
+        return await connect_broker(url)
+    except ConfigurationError as exc:
+        raise setting_error("--broker", "OUTBOX_BROKER", str(exc)) from None

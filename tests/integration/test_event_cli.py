@@ -1,0 +1,98 @@
+"""The event commands end to end on real servers: `outbox publish` → `outbox relay --drain` (NATS
+JetStream) → `outbox consume --channel email --drain` (the real SMTP sink) and `--channel inapp`;
+`outbox dlq list|redrive`; a relay with no broker says so and leaves the events alone."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import pytest
+from tests.support.cli import outbox
+from tests.support.postgres import query
+
+from outbox_adapters.demo.sink import SmtpSink
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
+
+
+def signup_event(dsn: str, topic: str, tenant: str, admin: str) -> str:
+    data = {
+        "tenant_id": tenant,
+        "tenant_name": "Acme",
+        "tenant_slug": "acme",
+        "admin_email": admin,
+        "admin_display_name": "Ann",
+    }
+    made = outbox(
+        "publish", "--database-url", dsn, "--topic", topic, "--key", tenant,
+        "--type", "tenant.provisioned", "--source", "auth", "--data", json.dumps(data), "--json",
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    event_id: str = json.loads(made.stdout)["event_id"]
+    return event_id
+
+
+def test_publish_relay_and_both_channels_from_the_command_line(dsn, nats_url, sink: SmtpSink):
+    # A subject of its own per run: the session's NATS server may be the machine's shared one.
+    topic = f"events-{secrets.token_hex(3)}"
+    first = signup_event(dsn, topic, "tenant-1", "ann@example.org")
+    second = signup_event(dsn, topic, "tenant-2", "bob@example.org")
+
+    relayed = outbox(
+        "relay", "--database-url", dsn, "--broker", nats_url, "--topic", topic, "--drain",
+        "--no-leader", "--poll-interval", "0.05",
+    )  # fmt: skip
+    assert relayed.exit_code == 0, relayed.output
+    assert query(dsn, "SELECT count(*) FROM outbox_event WHERE published_at IS NOT NULL") == [(2,)]
+
+    emails = outbox(
+        "consume", "--channel", "email", "--database-url", dsn, "--broker", nats_url,
+        "--topic", topic, "--smtp-url", f"smtp://{sink.host}:{sink.port}",
+        "--smtp-ca-file", str(sink.ca_file), "--sender", "noreply@example.org",
+        "--public-url", "https://app.example.org", "--platform-owner", "owner@example.org",
+        "--drain",
+    )  # fmt: skip
+    assert emails.exit_code == 0, emails.output
+    to = sorted(r for mail in sink.received for r in mail.recipients)
+    assert to == ["ann@example.org", "bob@example.org", "owner@example.org", "owner@example.org"]
+    assert all(mail.tls for mail in sink.received)
+
+    feed = outbox(
+        "consume", "--channel", "inapp", "--database-url", dsn, "--broker", nats_url,
+        "--topic", topic, "--drain",
+    )  # fmt: skip
+    assert feed.exit_code == 0, feed.output
+    rows = query(dsn, "SELECT event_id, audience FROM outbox_notification ORDER BY 1, 2")
+    assert rows == sorted(
+        [(first, "platform"), (first, "tenant"), (second, "platform"), (second, "tenant")]
+    )
+
+    letters = outbox("dlq", "list", "--broker", nats_url, "--topic", topic, "--json")
+    assert letters.exit_code == 0, letters.output
+    assert json.loads(letters.stdout) == {"dead_letters": []}
+
+
+def test_a_relay_without_a_broker_says_so_and_leaves_the_events_alone(dsn, monkeypatch):
+    monkeypatch.delenv("OUTBOX_BROKER", raising=False)
+    signup_event(dsn, "platform-events", "tenant-9", "eve@example.org")
+    relayed = outbox("relay", "--database-url", dsn, "--drain")
+    assert relayed.exit_code == 0
+    assert "relay" in relayed.stderr
+    assert "broker" in relayed.stderr
+    assert query(dsn, "SELECT status FROM outbox_event") == [("pending",)]
+
+
+def test_publish_refuses_bad_input_in_one_line_and_writes_nothing(dsn):
+    bad = outbox(
+        "publish", "--database-url", dsn, "--key", "t", "--type", "no spaces allowed",
+        "--data", "{}",
+    )  # fmt: skip
+    assert bad.exit_code == 2
+    assert "event type" in bad.stderr
+    not_json = outbox(
+        "publish", "--database-url", dsn, "--key", "t", "--type", "a.b", "--data", "{"
+    )
+    assert not_json.exit_code == 2
+    assert "--data" in not_json.stderr
+    assert query(dsn, "SELECT count(*) FROM outbox_event") == [(0,)]
