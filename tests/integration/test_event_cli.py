@@ -33,21 +33,27 @@ def signup_event(dsn: str, topic: str, tenant: str, admin: str) -> str:
     return event_id
 
 
-def test_publish_relay_and_both_channels_from_the_command_line(dsn, nats_url, sink: SmtpSink):
-    # A subject of its own per run: the session's NATS server may be the machine's shared one.
+@pytest.mark.parametrize("broker", ["nats", "kafka"])
+def test_publish_relay_and_both_channels_from_the_command_line(
+    dsn, broker, request, sink: SmtpSink
+):
+    """The whole flow on each broker: NATS JetStream, and Kafka's wire protocol (the mock cluster,
+    or the broker OUTBOX_TEST_KAFKA names)."""
+    broker_url = request.getfixturevalue(f"{broker}_url")
+    # A topic of its own per run: the session's broker may be the machine's shared one.
     topic = f"events-{secrets.token_hex(3)}"
     first = signup_event(dsn, topic, "tenant-1", "ann@example.org")
     second = signup_event(dsn, topic, "tenant-2", "bob@example.org")
 
     relayed = outbox(
-        "relay", "--database-url", dsn, "--broker", nats_url, "--topic", topic, "--drain",
+        "relay", "--database-url", dsn, "--broker", broker_url, "--topic", topic, "--drain",
         "--no-leader", "--poll-interval", "0.05",
     )  # fmt: skip
     assert relayed.exit_code == 0, relayed.output
     assert query(dsn, "SELECT count(*) FROM outbox_event WHERE published_at IS NOT NULL") == [(2,)]
 
     emails = outbox(
-        "consume", "--channel", "email", "--database-url", dsn, "--broker", nats_url,
+        "consume", "--channel", "email", "--database-url", dsn, "--broker", broker_url,
         "--topic", topic, "--smtp-url", f"smtp://{sink.host}:{sink.port}",
         "--smtp-ca-file", str(sink.ca_file), "--sender", "noreply@example.org",
         "--public-url", "https://app.example.org", "--platform-owner", "owner@example.org",
@@ -59,7 +65,7 @@ def test_publish_relay_and_both_channels_from_the_command_line(dsn, nats_url, si
     assert all(mail.tls for mail in sink.received)
 
     feed = outbox(
-        "consume", "--channel", "inapp", "--database-url", dsn, "--broker", nats_url,
+        "consume", "--channel", "inapp", "--database-url", dsn, "--broker", broker_url,
         "--topic", topic, "--drain",
     )  # fmt: skip
     assert feed.exit_code == 0, feed.output
@@ -68,7 +74,7 @@ def test_publish_relay_and_both_channels_from_the_command_line(dsn, nats_url, si
         [(first, "platform"), (first, "tenant"), (second, "platform"), (second, "tenant")]
     )
 
-    letters = outbox("dlq", "list", "--broker", nats_url, "--topic", topic, "--json")
+    letters = outbox("dlq", "list", "--broker", broker_url, "--topic", topic, "--json")
     assert letters.exit_code == 0, letters.output
     assert json.loads(letters.stdout) == {"dead_letters": []}
 

@@ -9,6 +9,7 @@ every recipient is terminal, and park what cannot be delivered on ``<topic>.dlq`
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import attrs
@@ -28,7 +29,11 @@ from outbox_adapters.cli.options import (
     stop_on_signals,
 )
 from outbox_adapters.cli.worker_settings import smtp_options, smtp_settings
-from outbox_adapters.lanes.channel_workers import EmailChannelWorkers, inapp_consumer
+from outbox_adapters.lanes.channel_workers import (
+    ChannelTiming,
+    EmailChannelWorkers,
+    inapp_consumer,
+)
 from outbox_adapters.lanes.email_channel import (
     EMAIL_CHANNEL_GROUP,
     check_public_url,
@@ -41,6 +46,14 @@ from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.mail import validate_address
 
 __all__ = ["consume_command"]
+
+
+def drain_timing(broker_url: str) -> ChannelTiming:
+    """With --drain a consumer stops once everything it got is settled and nothing arrived for a
+    while: 1 s on NATS; 8 s on Kafka, whose consumer group needs a few seconds to join and get
+    its partitions before the first message can arrive."""
+    idle = 8.0 if broker_url.startswith("kafka://") else 1.0
+    return ChannelTiming(drain_idle=timedelta(seconds=idle))
 
 
 @click.command("consume")
@@ -150,7 +163,10 @@ async def _inapp(url: str, broker_url: str, topic: str, specs: Any, *, drain: bo
     try:
         async with connection_pool(url, max_size=3) as pool:
             consumer = inapp_consumer(
-                pool, broker.consumer(INAPP_CHANNEL_GROUP, [topic]), broker.publisher()
+                pool,
+                broker.consumer(INAPP_CHANNEL_GROUP, [topic]),
+                broker.publisher(),
+                timing=drain_timing(broker_url),
             )
             click.echo(f"channel inapp: {topic} at {broker_url.rsplit('@', maxsplit=1)[-1]}")
             with stop_on_signals(consumer.request_stop):
@@ -182,6 +198,7 @@ async def _email(  # noqa: PLR0913 - the validated settings
                 mailer,
                 sender=sender,
                 recipes=recipes,
+                timing=drain_timing(broker_url),
             )
             click.echo(f"channel email: {topic} at {broker_url.rsplit('@', maxsplit=1)[-1]}")
             with stop_on_signals(workers.request_stop):
