@@ -14,26 +14,15 @@ from typing import Final
 
 import attrs
 
+from outbox_core.timing_rules import OneStepLane, one_step_batch_timeout
 from outbox_core.timing_rules import batch_size as _batch_size
 from outbox_core.timing_rules import budget as _budget
-from outbox_core.timing_rules import check_chain as _check_chain
-from outbox_core.timing_rules import check_claim_size as _check_claim_size
-from outbox_core.timing_rules import fmt as _fmt
 
 __all__ = ["DEFAULT_RELAY_TIMING", "RelayTiming"]
 
 
-def _relay_batch_timeout(inst: RelayTiming) -> timedelta:
-    # attrs runs validators after every default is made: check what this default uses first.
-    fields = attrs.fields(RelayTiming)
-    _budget(inst, fields.publish, inst.publish)
-    _budget(inst, fields.mark, inst.mark)
-    _batch_size(inst, fields.batch_size, inst.batch_size)
-    return inst.batch_size * inst.per_row
-
-
 @attrs.frozen
-class RelayTiming:
+class RelayTiming(OneStepLane):
     """The relay's timing: a publish budget and a mark budget per row, a batch, a lease.
 
     ``batch_timeout`` defaults to ``batch_size * per_row`` (the shortest the chain allows) and the
@@ -49,38 +38,12 @@ class RelayTiming:
     batch_size: int = attrs.field(default=50, validator=_batch_size)
     #: How long the relay may spend on one claimed batch.
     batch_timeout: timedelta = attrs.field(
-        default=attrs.Factory(_relay_batch_timeout, takes_self=True)
+        default=attrs.Factory(one_step_batch_timeout, takes_self=True)
     )
     #: What the claim lease adds beyond the batch's work: claim-to-start delay and clock skew.
     lease_grace: timedelta = attrs.field(default=timedelta(seconds=60), validator=_budget)
 
-    def __attrs_post_init__(self) -> None:
-        names = ("batch_size", "per_row", "batch_timeout", "claim_lease")
-        _check_chain(names, self.batch_size, self.per_row, self.batch_timeout, self.lease_grace)
-
-    @property
-    def per_row(self) -> timedelta:
-        """One row's whole budget: the publish and the mark (10 s by default)."""
-        return self.publish + self.mark
-
-    @property
-    def mark_budget(self) -> timedelta:
-        """The mark's budget (:class:`~outbox_core.timing.LaneTiming`)."""
-        return self.mark
-
-    def claim_lease(self, n: int | None = None) -> timedelta:
-        """The lease a claim of ``n`` rows (default: a full batch) stamps: ``n * per_row + grace``."""
-        rows = self.batch_size if n is None else n
-        _check_claim_size(rows)
-        return rows * self.per_row + self.lease_grace
-
-    def describe(self) -> str:
-        """One line for the relay to print at start."""
-        return (
-            f"per-row budget {_fmt(self.per_row)} (publish {_fmt(self.publish)} + mark"
-            f" {_fmt(self.mark)}), batch {self.batch_size}, batch timeout"
-            f" {_fmt(self.batch_timeout)}, claim lease {_fmt(self.claim_lease())}"
-        )
+    STEP = "publish"
 
 
 #: The relay's figures: 10 s per row (publish 5 s + mark 5 s), batch 50, batch timeout 500 s,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import attrs
 
@@ -22,11 +22,13 @@ __all__ = [
     "MAX_BATCH_SIZE",
     "MAX_STEP_BUDGET",
     "TIMES",
+    "OneStepLane",
     "batch_size",
     "budget",
     "check_chain",
     "check_claim_size",
     "fmt",
+    "one_step_batch_timeout",
     "pick",
     "seconds",
 ]
@@ -110,3 +112,62 @@ def pick(overrides: Mapping[str, float], known: tuple[str, ...]) -> dict[str, ti
 def check_claim_size(n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH_SIZE:
         raise ConfigurationError(f"a claim takes 1 to {MAX_BATCH_SIZE} rows, got {n!r}")
+
+
+class OneStepLane:
+    """What a lane timing of one step and a mark per row derives (the webhook drainer's fan-out,
+    the relay's publish): the per-row budget, the chain check, the claim lease, the start line.
+
+    A subclass is an attrs class with the fields ``mark``, ``batch_size``, ``batch_timeout`` and
+    ``lease_grace`` and the step's own field, named by :attr:`STEP`.
+    """
+
+    #: The name of the step's field (``fan_out``, ``publish``).
+    STEP = "step"
+    mark: timedelta
+    batch_size: int
+    batch_timeout: timedelta
+    lease_grace: timedelta
+
+    def __attrs_post_init__(self) -> None:
+        names = ("batch_size", "per_row", "batch_timeout", "claim_lease")
+        check_chain(names, self.batch_size, self.per_row, self.batch_timeout, self.lease_grace)
+
+    @property
+    def step(self) -> timedelta:
+        value: timedelta = getattr(self, self.STEP)
+        return value
+
+    @property
+    def per_row(self) -> timedelta:
+        """One row's whole budget: the step and the mark."""
+        return self.step + self.mark
+
+    @property
+    def mark_budget(self) -> timedelta:
+        """The mark's budget (:class:`~outbox_core.timing.LaneTiming`)."""
+        return self.mark
+
+    def claim_lease(self, n: int | None = None) -> timedelta:
+        """The lease a claim of ``n`` rows (default: a full batch) stamps: ``n * per_row + grace``."""
+        rows = self.batch_size if n is None else n
+        check_claim_size(rows)
+        return rows * self.per_row + self.lease_grace
+
+    def describe(self) -> str:
+        """One line for the lane's worker to print at start."""
+        return (
+            f"per-row budget {fmt(self.per_row)} ({self.STEP} {fmt(self.step)} + mark"
+            f" {fmt(self.mark)}), batch {self.batch_size}, batch timeout"
+            f" {fmt(self.batch_timeout)}, claim lease {fmt(self.claim_lease())}"
+        )
+
+
+def one_step_batch_timeout(inst: OneStepLane) -> timedelta:
+    """The default batch timeout of a :class:`OneStepLane`: ``batch_size * per_row`` (the shortest
+    the chain allows), its fields checked first (attrs makes defaults before it validates)."""
+    fields = attrs.fields_dict(cast("Any", type(inst)))  # an attrs subclass, by contract
+    budget(inst, fields[inst.STEP], inst.step)
+    budget(inst, fields["mark"], inst.mark)
+    batch_size(inst, fields["batch_size"], inst.batch_size)
+    return inst.batch_size * inst.per_row

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from outbox_core.errors import ConfigurationError
+from outbox_core.timing_rules import OneStepLane, one_step_batch_timeout
 from outbox_core.timing_rules import batch_size as _batch_size
 from outbox_core.timing_rules import budget as _budget
 from outbox_core.timing_rules import check_chain as _check_chain
@@ -153,17 +154,8 @@ class WebhookTiming:
         )
 
 
-def _fan_out_batch_timeout(inst: FanOutTiming) -> timedelta:
-    # attrs runs validators after every default is made: check what this default uses first.
-    fields = attrs.fields(FanOutTiming)
-    _budget(inst, fields.fan_out, inst.fan_out)
-    _budget(inst, fields.mark, inst.mark)
-    _batch_size(inst, fields.batch_size, inst.batch_size)
-    return inst.batch_size * inst.per_row
-
-
 @attrs.frozen
-class FanOutTiming:
+class FanOutTiming(OneStepLane):
     """The webhook drainer's timing: one fan-out transaction per webhook-outbox row.
 
     The drainer's work on a row is one short transaction (the event, its deliveries and the row's
@@ -180,37 +172,12 @@ class FanOutTiming:
     batch_size: int = attrs.field(default=20, validator=_batch_size)
     #: How long the drainer may spend on one claimed batch.
     batch_timeout: timedelta = attrs.field(
-        default=attrs.Factory(_fan_out_batch_timeout, takes_self=True)
+        default=attrs.Factory(one_step_batch_timeout, takes_self=True)
     )
     #: What the claim lease adds beyond the batch's work.
     lease_grace: timedelta = attrs.field(default=timedelta(seconds=60), validator=_budget)
 
-    def __attrs_post_init__(self) -> None:
-        names = ("batch_size", "per_row", "batch_timeout", "claim_lease")
-        _check_chain(names, self.batch_size, self.per_row, self.batch_timeout, self.lease_grace)
-
-    @property
-    def per_row(self) -> timedelta:
-        """One row's whole budget: the fan-out and the mark (10 s by default)."""
-        return self.fan_out + self.mark
-
-    @property
-    def mark_budget(self) -> timedelta:
-        return self.mark
-
-    def claim_lease(self, n: int | None = None) -> timedelta:
-        """The lease a claim of ``n`` rows (default: a full batch) stamps: ``n * per_row + grace``."""
-        rows = self.batch_size if n is None else n
-        _check_claim_size(rows)
-        return rows * self.per_row + self.lease_grace
-
-    def describe(self) -> str:
-        """One line for the drainer to print at start."""
-        return (
-            f"per-row budget {_fmt(self.per_row)} (fan_out {_fmt(self.fan_out)} + mark"
-            f" {_fmt(self.mark)}), batch {self.batch_size}, batch timeout"
-            f" {_fmt(self.batch_timeout)}, claim lease {_fmt(self.claim_lease())}"
-        )
+    STEP = "fan_out"
 
 
 #: The record's webhook figures: 13 s per attempt, birth lease 120 s, retry claim lease 190 s.
