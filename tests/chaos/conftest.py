@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from tests.faults.pg import ThrowawayPostgres
 from tests.faults.worker_proc import MUTANT_ENV, WorkerOptions, WorkerProcess
@@ -63,6 +64,18 @@ def chaos_full() -> bool:
 def chaos_dsn(dsn: str) -> str:
     """The session's database, schema applied: ``dsn`` of tests/conftest.py, by its chaos name."""
     return dsn
+
+
+@pytest.fixture(scope="module")
+def f6_dsn(request: pytest.FixtureRequest, chaos_dsn: str) -> str:
+    """A database reachable over TCP: F6 puts a proxy in front of PostgreSQL. The session's own
+    when its DSN has a TCP host; else (the embedded server listens on a Unix socket) the module's
+    throwaway server (tests/faults/pg.py), which listens on 127.0.0.1. Never a skip."""
+    host = conninfo_to_dict(chaos_dsn).get("host") or ""
+    if host and not str(host).startswith("/"):
+        return chaos_dsn
+    server: ThrowawayPostgres = request.getfixturevalue("pg")
+    return server.dsn
 
 
 @pytest.fixture(scope="module")

@@ -59,8 +59,8 @@ from outbox_core.ports import BrokerMessage, Publisher
 
 __all__ = [
     "HOLDER_HEADER",
-    "PUBLIC_URL",
     "OWNER",
+    "PUBLIC_URL",
     "HoldingPublisher",
     "main",
     "start_events_proc",
@@ -155,20 +155,21 @@ class HoldingPublisher:
         return outcome
 
 
-def _spec(topic: str) -> Any:  # noqa: ANN401 - a StreamSpec
+def _spec(topic: str) -> Any:
     from outbox_adapters.cli.events import stream_specs  # noqa: PLC0415 - child-only
 
     return stream_specs([topic], 1.0)[0]
 
 
 async def _relay(args: argparse.Namespace) -> int:
+    from tests.faults.leader_proc import ReportingLease  # noqa: PLC0415
+
     from outbox_adapters.brokers import NatsBroker  # noqa: PLC0415 - child-only imports
     from outbox_adapters.lanes.relay import RelayHandler, relay_lane  # noqa: PLC0415
     from outbox_adapters.postgres import PostgresLeaderLease, PostgresStore  # noqa: PLC0415
     from outbox_adapters.postgres.events import outbox_event  # noqa: PLC0415
     from outbox_adapters.runtime import Worker  # noqa: PLC0415
     from outbox_core.timing import RelayTiming  # noqa: PLC0415
-    from tests.faults.leader_proc import ReportingLease  # noqa: PLC0415
 
     timing = RelayTiming(
         publish=timedelta(seconds=args.publish),
@@ -213,7 +214,7 @@ def _kill_after_rows(nth: int) -> None:
     original = RecipientRows.ensure
     seen = [0]
 
-    async def ensure(self: RecipientRows, messages: Sequence[Any]) -> Any:  # noqa: ANN401
+    async def ensure(self: RecipientRows, messages: Sequence[Any]) -> Any:
         rows = await original(self, messages)
         if any(row.attempts == 0 and row.status.value == "pending" for row in rows.values()):
             seen[0] += 1
@@ -294,7 +295,7 @@ async def _consume(args: argparse.Namespace, trigger: Trigger) -> int:
     )
     handle = workers.consumer.handle
 
-    async def reporting_handle(message: Any) -> None:  # noqa: ANN401 - a ReceivedMessage
+    async def reporting_handle(message: Any) -> None:
         print_event({"event": "delivery", "id": message.message_id, "n": message.deliveries})
         await handle(message)
 

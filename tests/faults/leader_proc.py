@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import concurrent.futures
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -69,12 +71,16 @@ if TYPE_CHECKING:
     from outbox_adapters.postgres.leader import PostgresLeaderLease
 
 __all__ = [
+    "Fault",
     "LeaderWorkerOptions",
     "ProxyLoop",
     "Stamp",
     "StampingSinkHandler",
     "main",
+    "overlaps",
+    "stale_acts",
     "start_leader_worker",
+    "term_wins",
 ]
 
 T = TypeVar("T")
@@ -230,6 +236,58 @@ class StampingSinkHandler(SinkHandler):
     def snapshot_stamps(self) -> list[Stamp]:
         with self._stamps_lock:
             return list(self.stamps)
+
+
+@attrs.define
+class Fault:
+    """One fault injected into the leader, and what followed (F6)."""
+
+    kind: str
+    victim: str  # holder
+    at: float  # monotonic, just before the fault
+    healed_at: float | None = None
+    successor: str | None = None
+    election: float | None = None  # seconds to the successor's winning answer
+    handover: float | None = None  # seconds to the successor's first act (MAIL, publish)
+
+
+def overlaps(stamps: list[Stamp]) -> list[tuple[Stamp, Stamp]]:
+    """Pairs of acts (messages, publishes) of two different senders whose spans overlap in time."""
+    ordered = sorted(stamps, key=lambda s: s.mail_at)
+    found = []
+    for i, first in enumerate(ordered):
+        for later in itertools.islice(ordered, i + 1, None):
+            if later.mail_at >= first.data_at:
+                break
+            if later.sender != first.sender:
+                found.append((first, later))
+    return found
+
+
+def term_wins(holders: Mapping[str, WorkerProcess]) -> list[tuple[float, int, str]]:
+    """Every term won, ``(monotonic time of the answer, term, holder)``, oldest first, from the
+    ``term`` events of the processes (holder -> process)."""
+    return sorted(
+        (event["t"], event["term"], holder)
+        for holder, process in holders.items()
+        for event in process.find("term")
+        if event["term"] is not None
+    )
+
+
+def stale_acts(wins: list[tuple[float, int, str]], acts: list[tuple[str, float]]) -> list[str]:
+    """Acts ``(holder, monotonic time)`` done after another holder had won a newer term than the
+    actor's: a deposed leader still acting."""
+    times = [t for t, _, _ in wins]
+    found = []
+    for holder, at in acts:
+        before = wins[: bisect.bisect_left(times, at)]
+        if not before:
+            continue
+        newest = max(before, key=lambda win: win[1])
+        if newest[2] != holder:
+            found.append(f"{holder} at {at:.3f} in term {newest[1]} of {newest[2]}")
+    return found
 
 
 # --- the child ----------------------------------------------------------------------------------
