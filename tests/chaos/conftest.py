@@ -4,7 +4,8 @@
 - ``report(line)`` (tests/conftest.py): prints a figure line past pytest's capture and appends it
   to the file named by ``OUTBOX_CHAOS_REPORT``, which ``nox -s chaos`` prints as its summary.
 - ``chaos_dsn``: the session's PostgreSQL database with the schema applied; ``new_lane(prefix)``.
-- ``pg``: a throwaway PostgreSQL server of the module's own, to stop, restart or partition.
+- ``pg``: a throwaway PostgreSQL server of the module's own, to stop, restart or partition;
+  ``f6_dsn``: a database reachable over TCP (the session's, else ``pg``'s), for a proxy in front.
 - ``chaos_sink``: a real SMTP server (aiosmtpd, STARTTLS, a throwaway CA) that counts the copies of
   every row it received, by the Message-ID the e-mail handler gives each row.
 - ``chaos_db``: enqueue mail rows on a lane, read them back, wait until they are all resolved.

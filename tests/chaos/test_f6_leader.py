@@ -66,6 +66,7 @@ from tests.faults.leader_proc import (
     ProxyLoop,
     Stamp,
     StampingSinkHandler,
+    handover_figures,
     overlaps,
     stale_acts,
     start_leader_worker,
@@ -378,13 +379,9 @@ def test_f6_leader_loss_never_two_leaders_and_a_successor_within_the_ttl(
     overlapping = overlaps(stamps)
     stale = stale_sends(scene, stamps)
     unforced = unforced_losses(scene, faults)
-    handovers = [f.handover for f in faults if f.handover is not None]
+    handovers, by_kind = handover_figures(faults)
     elections = [f.election for f in faults if f.election is not None]
     bound = TTL + POLL + SLACK
-    by_kind = ", ".join(
-        f"{kind} {max(f.handover or 0 for f in faults if f.kind == kind):.2f}s"
-        for kind in dict.fromkeys(f.kind for f in faults)
-    )
     report(
         f"F6 handovers={len(handovers)} overlaps={len(overlapping)} stale_sends={len(stale)}"
         f" unforced_losses={len(unforced)} max_handover={max(handovers):.2f}s"

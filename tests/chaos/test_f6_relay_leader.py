@@ -39,7 +39,13 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.faults.events_proc import HOLDER_HEADER, start_events_proc, stream_messages
-from tests.faults.leader_proc import Fault, ProxyLoop, stale_acts, term_wins
+from tests.faults.leader_proc import (
+    Fault,
+    ProxyLoop,
+    handover_figures,
+    stale_acts,
+    term_wins,
+)
 from tests.faults.proxy import FaultProxy
 from tests.faults.worker_proc import WorkerProcess
 
@@ -142,7 +148,14 @@ class Scene:
             if alive and self.publishes(str(holder), since=since):
                 return str(holder)
             time.sleep(0.05)
-        raise AssertionError(f"no relay publishing within {timeout}s; holder {self.lease_holder()}")
+        raise AssertionError(
+            f"no relay publishing within {timeout}s; holder {self.lease_holder()}\n"
+            + "\n".join(
+                f"{h} alive={p.alive} publishes={len(p.find('publish'))}"
+                f" terms={p.find('term')[-3:]}\n{p.stderr_tail(6)}"
+                for h, p in self.holders.items()
+            )
+        )
 
     def wait_for_successor(self, fault: Fault, *, timeout: float) -> str:
         deadline = time.monotonic() + timeout
@@ -260,12 +273,8 @@ def test_f6_relay_leader_loss_one_publisher_at_a_time_order_kept_nothing_lost(
     for fault in faults:
         firsts = [t for h, t in acts if h == fault.successor and t > fault.at]
         fault.handover = min(firsts) - fault.at if firsts else None
-    handovers = [f.handover for f in faults if f.handover is not None]
+    handovers, by_kind = handover_figures(faults)
     bound = TTL + POLL + SLACK
-    by_kind = ", ".join(
-        f"{kind} {max(f.handover or 0 for f in faults if f.kind == kind):.2f}s"
-        for kind in dict.fromkeys(f.kind for f in faults)
-    )
     report(
         f"F6 relay handovers={len(handovers)} overlaps={len(overlapping)}"
         f" order_violations={len(violations)} lost={len(lost)}"

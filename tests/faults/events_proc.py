@@ -52,7 +52,13 @@ from tests.faults.failpoints import (
     install_smtp_failpoints,
     print_event,
 )
-from tests.faults.worker_proc import CHAOS_BUDGETS, ROOT, WorkerProcess, chaos_timing
+from tests.faults.worker_proc import (
+    CHAOS_BUDGETS,
+    ROOT,
+    WorkerProcess,
+    chaos_smtp_settings,
+    chaos_timing,
+)
 
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import BrokerMessage, Publisher
@@ -189,7 +195,7 @@ async def _relay(args: argparse.Namespace) -> int:
         store,
         RelayHandler(HoldingPublisher(broker.publisher(), holder, args.ack_delay)),
         config,
-        leader=lease,  # type: ignore[arg-type]
+        leader=lease,
         holder=holder,
     )
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.request_stop)
@@ -243,9 +249,8 @@ async def _consume(args: argparse.Namespace, trigger: Trigger) -> int:
         platform_recipes,
     )
     from outbox_adapters.postgres.store import PostgresStore  # noqa: PLC0415
-    from outbox_adapters.smtp import SmtpMailer, SmtpSettings  # noqa: PLC0415
+    from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415
     from outbox_core.backoff import ExponentialBackoff  # noqa: PLC0415
-    from outbox_core.tls import SmtpSecurityPolicy  # noqa: PLC0415
 
     if args.kill_after_rows:
         _kill_after_rows(args.kill_after_rows)
@@ -266,12 +271,7 @@ async def _consume(args: argparse.Namespace, trigger: Trigger) -> int:
         recheck=timedelta(seconds=0.2),
         recheck_cap=timedelta(seconds=1),
     )
-    settings = SmtpSettings(
-        host="127.0.0.1",
-        port=args.smtp_port,
-        policy=SmtpSecurityPolicy(sender=SENDER),
-        ca_file=args.ca_file,
-    )
+    settings = chaos_smtp_settings(args.smtp_port, args.ca_file, SENDER)
     clock = SystemClock()
     broker = NatsBroker(
         [args.broker], streams=[_spec(args.topic)], ack_wait=timedelta(seconds=args.ack_wait)
