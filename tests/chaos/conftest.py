@@ -4,7 +4,8 @@
 - ``report(line)`` (tests/conftest.py): prints a figure line past pytest's capture and appends it
   to the file named by ``OUTBOX_CHAOS_REPORT``, which ``nox -s chaos`` prints as its summary.
 - ``chaos_dsn``: the session's PostgreSQL database with the schema applied; ``new_lane(prefix)``.
-- ``pg``: a throwaway PostgreSQL server of the module's own, to stop, restart or partition.
+- ``pg``: a throwaway PostgreSQL server of the module's own, to stop, restart or partition;
+  ``f6_dsn``: a database reachable over TCP (the session's, else ``pg``'s), for a proxy in front.
 - ``chaos_sink``: a real SMTP server (aiosmtpd, STARTTLS, a throwaway CA) that counts the copies of
   every row it received, by the Message-ID the e-mail handler gives each row.
 - ``chaos_db``: enqueue mail rows on a lane, read them back, wait until they are all resolved.
@@ -30,6 +31,7 @@ from typing import Any
 import psycopg
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from tests.faults.pg import ThrowawayPostgres
 from tests.faults.worker_proc import MUTANT_ENV, WorkerOptions, WorkerProcess
@@ -63,6 +65,18 @@ def chaos_full() -> bool:
 def chaos_dsn(dsn: str) -> str:
     """The session's database, schema applied: ``dsn`` of tests/conftest.py, by its chaos name."""
     return dsn
+
+
+@pytest.fixture(scope="module")
+def f6_dsn(request: pytest.FixtureRequest, chaos_dsn: str) -> str:
+    """A database reachable over TCP: F6 puts a proxy in front of PostgreSQL. The session's own
+    when its DSN has a TCP host; else (the embedded server listens on a Unix socket) the module's
+    throwaway server (tests/faults/pg.py), which listens on 127.0.0.1. Never a skip."""
+    host = conninfo_to_dict(chaos_dsn).get("host") or ""
+    if host and not str(host).startswith("/"):
+        return chaos_dsn
+    server: ThrowawayPostgres = request.getfixturevalue("pg")
+    return server.dsn
 
 
 @pytest.fixture(scope="module")

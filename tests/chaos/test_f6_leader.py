@@ -50,27 +50,28 @@ partitions alternating between a silent stall and dropped connections.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import os
 import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import attrs
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.chaos.conftest import ChaosDb
 from tests.faults.leader_proc import (
+    Fault,
     LeaderWorkerOptions,
     ProxyLoop,
     Stamp,
     StampingSinkHandler,
+    handover_figures,
+    overlaps,
+    stale_acts,
     start_leader_worker,
+    term_wins,
 )
-from tests.faults.pg import ThrowawayPostgres
 from tests.faults.proxy import FaultProxy
 from tests.faults.worker_proc import MUTANT_ENV, WorkerProcess
 
@@ -98,17 +99,6 @@ REPLY_DELAY = 0.1
 SLACK = 1.5
 WORKERS = ("A", "B", "C")
 START_TIMEOUT = 60.0
-
-
-@attrs.define
-class Fault:
-    kind: str
-    victim: str  # holder
-    at: float  # monotonic, just before the fault
-    healed_at: float | None = None
-    successor: str | None = None
-    election: float | None = None  # seconds to the successor's winning answer
-    handover: float | None = None  # seconds to the successor's first MAIL at the server
 
 
 class Scene:
@@ -318,39 +308,11 @@ FAULTS: tuple[Callable[[Scene, str, int], Fault], ...] = (pause, partition, kill
 # --- the figures ----------------------------------------------------------------------------------
 
 
-def overlaps(stamps: list[Stamp]) -> list[tuple[Stamp, Stamp]]:
-    """Pairs of messages of two different senders whose transactions overlap at the server."""
-    ordered = sorted(stamps, key=lambda s: s.mail_at)
-    found = []
-    for i, first in enumerate(ordered):
-        for later in itertools.islice(ordered, i + 1, None):
-            if later.mail_at >= first.data_at:
-                break
-            if later.sender != first.sender:
-                found.append((first, later))
-    return found
-
-
 def stale_sends(scene: Scene, stamps: list[Stamp]) -> list[str]:
     """Messages whose MAIL came after another worker had won a newer term than the sender's."""
-    wins = sorted(
-        (event["t"], event["term"], holder)
-        for holder, process in scene.holders.items()
-        for event in process.find("term")
-        if event["term"] is not None
-    )
-    times = [t for t, _, _ in wins]
-    found = []
-    for stamp in stamps:
-        before = wins[: bisect.bisect_left(times, stamp.mail_at)]
-        if not before:
-            continue
-        newest = max(before, key=lambda win: win[1])
-        if scene.sender_of(newest[2]) != stamp.sender:
-            found.append(
-                f"{stamp.sender} at {stamp.mail_at:.3f} in term {newest[1]} of {newest[2]}"
-            )
-    return found
+    senders = {scene.sender_of(holder): holder for holder in scene.holders}
+    acts = [(senders.get(s.sender, s.sender), s.mail_at) for s in stamps]
+    return stale_acts(term_wins(scene.holders), acts)
 
 
 def unforced_losses(scene: Scene, faults: list[Fault]) -> list[str]:
@@ -370,18 +332,6 @@ def unforced_losses(scene: Scene, faults: list[Fault]) -> list[str]:
             if not excused:
                 found.append(f"{holder} at {batch['t']:.3f}: {batch}")
     return found
-
-
-@pytest.fixture(scope="module")
-def f6_dsn(request: pytest.FixtureRequest, chaos_dsn: str) -> str:
-    """A database reachable over TCP: F6 puts a proxy in front of PostgreSQL. The session's own
-    when its DSN has a TCP host; else (the embedded server listens on a Unix socket) the module's
-    throwaway server (tests/faults/pg.py), which listens on 127.0.0.1. Never a skip."""
-    host = conninfo_to_dict(chaos_dsn).get("host") or ""
-    if host and not str(host).startswith("/"):
-        return chaos_dsn
-    server: ThrowawayPostgres = request.getfixturevalue("pg")
-    return server.dsn
 
 
 @pytest.fixture
@@ -429,13 +379,9 @@ def test_f6_leader_loss_never_two_leaders_and_a_successor_within_the_ttl(
     overlapping = overlaps(stamps)
     stale = stale_sends(scene, stamps)
     unforced = unforced_losses(scene, faults)
-    handovers = [f.handover for f in faults if f.handover is not None]
+    handovers, by_kind = handover_figures(faults)
     elections = [f.election for f in faults if f.election is not None]
     bound = TTL + POLL + SLACK
-    by_kind = ", ".join(
-        f"{kind} {max(f.handover or 0 for f in faults if f.kind == kind):.2f}s"
-        for kind in dict.fromkeys(f.kind for f in faults)
-    )
     report(
         f"F6 handovers={len(handovers)} overlaps={len(overlapping)} stale_sends={len(stale)}"
         f" unforced_losses={len(unforced)} max_handover={max(handovers):.2f}s"

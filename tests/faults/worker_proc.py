@@ -65,6 +65,7 @@ __all__ = [
     "SENDER",
     "WorkerOptions",
     "WorkerProcess",
+    "chaos_smtp_settings",
     "chaos_timing",
     "main",
     "started",
@@ -113,6 +114,16 @@ def chaos_timing(
         )
     return EmailTiming.with_overrides(
         {**budgets, "lease_grace": grace}, batch_size=batch_size, batch_timeout=work + grace / 2
+    )
+
+
+def chaos_smtp_settings(port: int, ca_file: str, sender: str, host: str = "127.0.0.1") -> Any:
+    """Strict STARTTLS to the test's SMTP server, trusting its throwaway CA (child side)."""
+    from outbox_adapters.smtp import SmtpSettings  # noqa: PLC0415 - child-only imports
+    from outbox_core.tls import SmtpSecurityPolicy  # noqa: PLC0415
+
+    return SmtpSettings(
+        host=host, port=port, policy=SmtpSecurityPolicy(sender=sender), ca_file=ca_file
     )
 
 
@@ -426,9 +437,8 @@ async def _serve(args: argparse.Namespace, trigger: Trigger) -> int:
     from outbox_adapters.clock import SystemClock  # noqa: PLC0415 - child-only imports
     from outbox_adapters.lanes.email import EmailHandler, email_lane  # noqa: PLC0415
     from outbox_adapters.runtime import Worker  # noqa: PLC0415
-    from outbox_adapters.smtp import SmtpMailer, SmtpSettings  # noqa: PLC0415
+    from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415
     from outbox_core.backoff import ExponentialBackoff  # noqa: PLC0415
-    from outbox_core.tls import SmtpSecurityPolicy  # noqa: PLC0415
 
     budgets = {k: float(v) for k, v in (item.split("=", 1) for item in args.budget)}
     budgets = budgets or dict(CHAOS_BUDGETS)
@@ -445,12 +455,7 @@ async def _serve(args: argparse.Namespace, trigger: Trigger) -> int:
         rows_in_flight=args.rows_in_flight,
         group_marks=args.group_marks,
     )
-    settings = SmtpSettings(
-        host=args.smtp_host,
-        port=args.smtp_port,
-        policy=SmtpSecurityPolicy(sender=SENDER),
-        ca_file=args.ca_file,
-    )
+    settings = chaos_smtp_settings(args.smtp_port, args.ca_file, SENDER, host=args.smtp_host)
     install_smtp_failpoints(trigger)
     clock = SystemClock()
     store = await store_class.open(args.dsn, min_size=1, max_size=4)
