@@ -296,8 +296,9 @@ async def run_event_demo(  # noqa: PLR0913 - keyword-only, one argument per part
         for n in range(1, tenants + 1):
             tenant, event_id, _ = await _signup(dsn, topic, run, n)
             names[event_id] = tenant
+        relay_store = PostgresStore(pool, table=outbox_event)
         relay = Worker(
-            PostgresStore(pool, table=outbox_event),
+            relay_store,
             RelayHandler(broker.publisher()),
             relay_lane(poll_interval=POLL, backoff=DEMO_RELAY_BACKOFF, timing=DEMO_RELAY_TIMING),
             holder=f"demo-relay-{run}",
@@ -344,6 +345,7 @@ async def run_event_demo(  # noqa: PLR0913 - keyword-only, one argument per part
             inapp.request_stop()
             await asyncio.gather(*tasks, return_exceptions=True)
             await mailer.aclose()
+            await relay_store.close()  # its kept connection back to the pool
         elapsed = time.monotonic() - started
         report = await _report(pool, names, sink)
     try:
