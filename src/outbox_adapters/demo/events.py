@@ -427,7 +427,8 @@ async def _outage(  # noqa: PLR0913 - keyword-only, one argument per part
 async def _event_row(pool: AsyncConnectionPool[Any], event_id: str) -> tuple[Any, ...] | None:
     async with pool.connection() as conn:
         cur = await conn.execute(EVENTS, {"ids": [event_id]})
-        return await cur.fetchone()
+        row = await cur.fetchone()
+    return None if row is None else tuple(row)
 
 
 async def _until(check: Callable[[], Awaitable[bool]], *, give_up_after: float) -> bool:
