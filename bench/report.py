@@ -226,6 +226,50 @@ def _webhooks(r: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _relay(r: Mapping[str, Any]) -> list[str]:
+    variant = _get(r, "relay.variant") or {}
+    rows = [
+        ("bare publisher loop", "bare", "bare_per_s", None),
+        ("**library, strict**", "library_strict", "library_strict_per_s", "ratio"),
+        ("library, in flight", "library_in_flight", "library_in_flight_per_s", "in_flight_ratio"),
+        ("bare, in flight", "bare_in_flight", "bare_in_flight_per_s", "bare_in_flight_ratio"),
+        ("publisher only", "publisher_only", "publisher_only_per_s", "publisher_only_ratio"),
+        ("store only (no publish)", "store_only", "store_only_per_s", "store_only_ratio"),
+    ]
+    body = [
+        [
+            label,
+            str(variant.get(key, "")),
+            _cell(r, f"relay.{figure}"),
+            "1\N{MULTIPLICATION SIGN}"
+            if versus is None
+            else (
+                _cell(r, f"relay.{versus}")
+                if key != "library_strict"
+                else "**" + _cell(r, f"relay.{versus}") + "**"
+            ),
+        ]
+        for label, key, figure, versus in rows
+    ]
+    return [
+        "## Relay and consumers (NATS JetStream in its own process)",
+        "",
+        (
+            f"{_cell(r, 'relay.events')} events per relay run, {variant.get('keys', '')};"
+            f" {_cell(r, 'relay.broker')}. Goal: library strict / bare ≥ 0.8."
+            f" Library in flight / bare in flight: {_cell(r, 'relay.in_flight_vs_bare_in_flight')}."
+        ),
+        "",
+        *_table(["publisher", "how", "events/s", "vs bare"], body),
+        (
+            f"Consumer to e-mail: {_cell(r, 'relay.consumer_email_events_per_s')} events/s"
+            f" ({_cell(r, 'relay.consumer_emails_per_s')} e-mails/s),"
+            f" {_cell(r, 'relay.consumer_events')} events per run; {_cell(r, 'relay.consumer_variant')}."
+        ),
+        "",
+    ]
+
+
 def _history(r: Mapping[str, Any]) -> list[str]:
     history = _get(r, "history") or {}
     body = [
@@ -340,6 +384,7 @@ _SECTIONS = {
     "peers": _peers,
     "smtp": _smtp,
     "webhooks": _webhooks,
+    "relay": _relay,
     "history": _history,
     "enqueue": _enqueue,
     "latency": _latency,

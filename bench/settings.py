@@ -34,6 +34,10 @@ class Sizes:
     latency_messages: int
     #: Rows drained while RSS is sampled (0: skipped).
     memory_rows: int
+    #: Events relayed per relay run (library and bare publisher loop).
+    relay_events: int
+    #: Events consumed into e-mails (two each) per consumer run.
+    consumer_events: int
     #: Seconds one comparison may take before it is abandoned (the harness never hangs).
     comparison_timeout: float
 
@@ -50,6 +54,8 @@ QUICK: Final = Sizes(
     enqueue_rows=1_000,
     latency_messages=40,
     memory_rows=100_000,
+    relay_events=2_000,
+    consumer_events=200,
     comparison_timeout=240.0,
 )
 
@@ -67,5 +73,7 @@ FULL: Final = Sizes(
     enqueue_rows=10_000,
     latency_messages=200,
     memory_rows=1_000_000,
+    relay_events=10_000,
+    consumer_events=1_000,
     comparison_timeout=3_600.0,
 )

@@ -8,6 +8,7 @@ from typing import Final
 
 import attrs
 
+from outbox_adapters.demo.events import EventDemoReport
 from outbox_adapters.demo.webhooks import WebhookDemoReport
 from outbox_core.backoff import SlotSchedule
 
@@ -67,6 +68,8 @@ class DemoReport:
     finished: bool
     #: The webhook part (None when the demo ran on a database it does not own).
     webhooks: WebhookDemoReport | None = None
+    #: The domain-event part (None when the demo ran on a database it does not own).
+    events: EventDemoReport | None = None
 
     def total(self, field: str) -> int:
         return sum(getattr(outcome, field) for outcome in self.by_kind.values())
@@ -112,7 +115,8 @@ class DemoReport:
                 (holds, f"{kind.value} rows did not all end {status} after {attempts} attempt(s)")
             )
         webhooks = [] if self.webhooks is None else self.webhooks.broken()
-        return [reason for holds, reason in checks if not holds] + webhooks
+        events = [] if self.events is None else self.events.broken()
+        return [reason for holds, reason in checks if not holds] + webhooks + events
 
     def table(self) -> str:
         rate = self.enqueued / self.elapsed if self.elapsed > 0 else 0.0

@@ -35,7 +35,9 @@ from typing import Any, Final, TextIO
 import attrs
 import psycopg
 
+from outbox_adapters.brokers.embedded import find_nats
 from outbox_adapters.clock import SystemClock
+from outbox_adapters.demo.events import run_event_demo
 from outbox_adapters.demo.report import (
     DEMO_BACKOFF,
     DemoReport,
@@ -63,6 +65,8 @@ __all__ = [
 
 #: Webhook events the demo fans out to its two local receivers.
 WEBHOOK_EVENTS: Final = 20
+#: Signups of the domain-event part (one more signs up during the broker outage).
+EVENT_TENANTS: Final = 3
 DEMO_SENDER: Final = "outbox-demo@demo.example"
 #: The environment the demo's SMTP policy names (strict STARTTLS, so it makes no difference here).
 DEMO_ENVIRONMENT: Final = "demo"
@@ -80,8 +84,10 @@ _SOURCES: Final = {
     "container": "a container",
     "embedded": "embedded pgserver",
 }
-# Noisy third-party loggers: aiosmtpd reports every TLS handshake and closed connection.
-_QUIET_LOGGERS: Final = ("mail.log", "mail.debug")
+# Noisy loggers: aiosmtpd reports every TLS handshake and closed connection; the broker adapters
+# warn at every reconnect attempt during the event part's deliberate NATS outage (its report says
+# what the relay recorded instead).
+_QUIET_LOGGERS: Final = ("mail.log", "mail.debug", "outbox.brokers")
 
 #: Rows of the demo's lane per status, for the progress bar.
 STATUS_COUNTS: Final = """
@@ -162,15 +168,31 @@ def run_demo(*, rows: int, database_url: str | None, out: TextIO, err: TextIO) -
             report = asyncio.run(
                 _drive(server.dsn, sink, lane=lane, canary=canary, rows=rows, err=err)
             )
-        out.write(report.table() + "\n")
-        if server.source == "env":
-            # The drainer and the retry lane work every webhook row of the database: never run
-            # them on a database the demo does not own.
-            out.write("webhooks: skipped (the demo does not drain webhooks of a given database)\n")
-        else:
-            webhooks = asyncio.run(run_webhook_demo(server.dsn, events=WEBHOOK_EVENTS, out=out))
-            out.write(webhooks.table() + "\n")
-            report = attrs.evolve(report, webhooks=webhooks)
+            out.write(report.table() + "\n")
+            if server.source == "env":
+                # The drainer and the retry lane work every webhook row of the database, the relay
+                # every event row: never run them on a database the demo does not own.
+                out.write(
+                    "webhooks and events: skipped (the demo does not drain the webhook and event"
+                    " outboxes of a given database)\n"
+                )
+            else:
+                webhooks = asyncio.run(run_webhook_demo(server.dsn, events=WEBHOOK_EVENTS, out=out))
+                out.write(webhooks.table() + "\n")
+                with find_nats(env="OUTBOX_DEMO_NATS_URL") as nats:
+                    events = asyncio.run(
+                        run_event_demo(
+                            server.dsn,
+                            nats,
+                            sink,
+                            _smtp_settings(sink),
+                            tenants=EVENT_TENANTS,
+                            sender=DEMO_SENDER,
+                            out=out,
+                        )
+                    )
+                out.write(events.table() + "\n")
+                report = attrs.evolve(report, webhooks=webhooks, events=events)
     broken = report.broken()
     if broken:
         out.write("INVARIANTS BROKEN:\n" + "".join(f"  - {reason}\n" for reason in broken))
@@ -178,8 +200,14 @@ def run_demo(*, rows: int, database_url: str | None, out: TextIO, err: TextIO) -
         out.write(
             "invariants hold: no duplicate, no secret left in a sent row, no plaintext"
             + (
-                "; every webhook signature verified, 410 disabled its endpoint\n"
+                "; every webhook signature verified, 410 disabled its endpoint"
                 if report.webhooks
+                else ""
+            )
+            + (
+                "; one e-mail per (event, kind), an in-app row per (event, audience), nothing"
+                " parked, the outage's write committed and its event sent once NATS was back\n"
+                if report.events
                 else "\n"
             )
         )

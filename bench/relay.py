@@ -1,0 +1,436 @@
+"""The event relay and the e-mail consumer channel, on a real NATS JetStream server in its own process.
+
+Relay (issue 11 item 7: goal library / bare >= 0.8x):
+
+- ``bare``: the loop a user would write with nats-py: ``await js.publish(subject, body,
+  headers=..., timeout=5)`` per event, in sequence, each awaiting its PubAck; the same envelopes
+  (body = the CloudEvents JSON, the relay's ``content-type`` / ``ce-*`` headers, ``Nats-Msg-Id`` =
+  the event id) on the same broker and stream. Connected before the clock starts; no database.
+- ``library_strict``: N events written to the event outbox (``publish_async``) BEFORE the clock
+  starts; the clock runs over ``Worker(PostgresStore(pool, table=outbox_event),
+  RelayHandler(publisher), relay_lane()).run(drain=True)``: the per-key-ordered claim (batch 50),
+  one publish awaited at a time (``rows_in_flight=1``, the relay's default), the fenced mark
+  that records ``published_at`` after each PubAck. A crash repeats at most 1 row.
+- ``library_in_flight``: the same with ``rows_in_flight=8`` and ``group_marks`` (one mark statement
+  per window of 8; rows of one key still go one after the other): a crash repeats at most 8 rows.
+- ``bare_in_flight``: a diagnostic: the bare loop with 8 publishes awaiting their PubAck at once.
+- ``publisher_only``: a diagnostic: the library's ``NatsPublisher`` alone, one publish awaited at a
+  time, messages built before the clock starts, no database: the adapter's cost over nats-py.
+- ``store_only``: a diagnostic: ``library_strict`` with a no-op handler instead of the publish: what
+  the claim, the per-row fenced mark (a committed transaction each) and the runtime cost alone.
+
+Events carry one of 50 partition keys in turn (several events per key, as a tenant's lifecycle
+has). Every run publishes fresh event ids (JetStream would drop a repeated ``Nats-Msg-Id`` within
+its duplicate window, which is cheaper than storing it) and checks that the stream stored exactly
+N new messages; the library's runs also that every row ended ``dispatched`` after one attempt.
+
+Consumer to e-mail: N ``tenant.provisioned`` events already on a stream of their own (published
+before the clock starts); the clock runs from ``EmailChannelWorkers.run()`` (group
+``notification-email`` and the worker of its e-mail lane, 8 rows in flight, marks grouped, 8 SMTP
+sessions) until the STARTTLS sink, in its own process, has accepted the 2N e-mails
+(``tenant_welcome`` + ``owner_notify`` per event). Reported as events/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, Final
+
+import nats
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from bench.library import DRAIN_POLL, connection_budget, noop_handler
+from bench.server import fresh_database
+from bench.settings import Sizes
+from bench.sink_process import SinkProcess
+from bench.stats import Figure, ratio, rotation
+from outbox_adapters.brokers import NatsBroker
+from outbox_adapters.brokers.embedded import find_nats
+from outbox_adapters.lanes.channel_workers import EmailChannelWorkers
+from outbox_adapters.lanes.email_channel import (
+    EMAIL_CHANNEL_GROUP,
+    email_channel_lane,
+    platform_recipes,
+)
+from outbox_adapters.lanes.relay import RelayHandler, relay_lane
+from outbox_adapters.postgres import PostgresStore
+from outbox_adapters.postgres.events import new_event, outbox_event, publish_async
+from outbox_adapters.runtime import Worker
+from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_core.brokers import StreamSpec
+from outbox_core.events import CONTENT_TYPE, EventEnvelope
+from outbox_core.outcomes import OutcomeKind
+from outbox_core.ports import BrokerMessage, RowHandler
+from outbox_core.timing import EmailTiming
+from outbox_core.tls import SmtpSecurityPolicy
+
+__all__ = ["measure"]
+
+TOPIC: Final = "bench-relay-events"
+STREAM: Final = StreamSpec(name="BENCH_RELAY_EVENTS", subjects=(TOPIC,))
+KEYS: Final = 50
+#: Rows per claim of the consumer's e-mail lane (as bench/smtp_e2e.py).
+BATCH: Final = 50
+IN_FLIGHT: Final = 8
+#: The budget of one publish (the relay's default) and the bare loop's PubAck timeout.
+PUBLISH_SECONDS: Final = 5.0
+SENDER: Final = "bench@bench.example"
+OWNER: Final = "owner@bench.example"
+#: The e-mail worker's sleep after a short claim: the consumer writes rows as events arrive.
+CONSUMER_POLL: Final = 0.01
+_TRUNCATE: Final = "TRUNCATE outbox_event, outbox_message, outbox_channel_parked RESTART IDENTITY"
+_EVENT_ROWS: Final = "SELECT status, attempts, count(*) FROM outbox_event GROUP BY 1, 2"
+
+
+def _events(run: str, events: int) -> list[EventEnvelope]:
+    return [
+        new_event(
+            key=f"tenant-{n % KEYS:03d}",
+            type="tenant.provisioned",
+            source="auth",
+            data={
+                "tenant_id": f"tenant-{n % KEYS:03d}",
+                "tenant_name": f"Acme {n}",
+                "tenant_slug": f"acme-{n}",
+                "admin_email": f"admin{n}@bench.example",
+                "admin_display_name": f"Admin {n}",
+                "signup_source": run,
+            },
+        )
+        for n in range(events)
+    ]
+
+
+def _message(topic: str, event: EventEnvelope) -> BrokerMessage:
+    """What ``RelayHandler`` publishes for ``event`` (``lanes.relay.relay_message``)."""
+    return BrokerMessage(
+        subject=topic,
+        key=event.key,
+        message_id=event.id,
+        body=event.encode(),
+        headers={
+            "content-type": CONTENT_TYPE,
+            "ce-id": event.id,
+            "ce-type": event.type,
+            "ce-source": event.source,
+        },
+    )
+
+
+def _nats_headers(message: BrokerMessage) -> dict[str, str]:
+    return {**message.headers, "Nats-Msg-Id": message.message_id}
+
+
+async def _stored(js: Any, stream: str) -> int:  # noqa: ANN401 - nats-py's JetStreamContext
+    info = await js.stream_info(stream)
+    return int(info.state.messages)
+
+
+async def _bare(js: Any, messages: list[BrokerMessage], in_flight: int) -> float:  # noqa: ANN401
+    slots = asyncio.Semaphore(in_flight)
+
+    async def one(message: BrokerMessage) -> None:
+        async with slots:
+            await js.publish(
+                message.subject,
+                message.body,
+                timeout=PUBLISH_SECONDS,
+                headers=_nats_headers(message),
+            )
+
+    started = time.perf_counter()
+    if in_flight == 1:
+        for message in messages:
+            await js.publish(
+                message.subject,
+                message.body,
+                timeout=PUBLISH_SECONDS,
+                headers=_nats_headers(message),
+            )
+    else:
+        await asyncio.gather(*(one(message) for message in messages))
+    return time.perf_counter() - started
+
+
+async def _publisher_only(broker: NatsBroker, messages: list[BrokerMessage]) -> float:
+    publisher = broker.publisher()
+    budget = timedelta(seconds=PUBLISH_SECONDS)
+    started = time.perf_counter()
+    for message in messages:
+        outcome = await publisher.publish(message, budget=budget)
+        if outcome.kind is not OutcomeKind.SENT:
+            raise RuntimeError(f"relay publisher_only: {outcome}")
+    return time.perf_counter() - started
+
+
+async def _load(dsn: str, events: list[EventEnvelope]) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(_TRUNCATE)
+        async with conn.transaction():
+            for event in events:
+                await publish_async(
+                    conn,
+                    topic=TOPIC,
+                    key=event.key,
+                    type=event.type,
+                    source=event.source,
+                    data=event.data,
+                    event_id=event.id,
+                    time=event.time,
+                    notify=False,
+                )
+        await conn.execute("VACUUM ANALYZE outbox_event")
+
+
+async def _library(
+    pool: AsyncConnectionPool[Any], broker: NatsBroker | None, events: int, in_flight: int
+) -> float:
+    """The relay's drain of ``events`` loaded rows; ``broker`` None: a no-op handler instead of
+    the publish (the claim, the marks and the runtime alone)."""
+    config = relay_lane(
+        poll_interval=DRAIN_POLL, rows_in_flight=in_flight, group_marks=in_flight > 1
+    )
+    store = PostgresStore(pool, table=outbox_event)
+    handler: RowHandler = noop_handler if broker is None else RelayHandler(broker.publisher())
+    try:
+        worker = Worker(store, handler, config)
+        started = time.perf_counter()
+        stats = await worker.run(drain=True)
+        elapsed = time.perf_counter() - started
+    finally:
+        await store.close()  # the connection the store kept goes back to the pool
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(_EVENT_ROWS)).fetchall()
+    if stats.dispatched != events or rows != [("dispatched", 1, events)]:
+        raise RuntimeError(
+            f"relay library rows_in_flight={in_flight}: dispatched {stats.dispatched}, rows by"
+            f" (status, attempts) {rows}; expected {events} dispatched once"
+        )
+    return elapsed
+
+
+async def measure(
+    server_dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    with (
+        fresh_database(server_dsn, "relay") as dsn,
+        find_nats(env="OUTBOX_BENCH_NATS_URL") as found,
+    ):
+        relay = await _measure_relay(dsn, found.url, sizes.relay_events, runs, log)
+        consumer = await _measure_consumer(dsn, found.url, sizes.consumer_events, runs, log)
+        return {
+            **relay,
+            **consumer,
+            "broker": f"nats-server -js ({found.source}, its own process, file store)"
+            f" at {found.url}",
+            "goal": "ratio (library strict / bare) >= 0.8",
+        }
+
+
+async def _measure_relay(  # noqa: C901 - one closure per variant
+    dsn: str, url: str, events: int, runs: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    broker = NatsBroker([url], streams=[STREAM])
+    client = await nats.connect(url)
+    js = client.jetstream(timeout=PUBLISH_SECONDS)
+    pool_size = min(4, connection_budget(dsn))
+    try:
+        await broker.jetstream()  # connected and the stream declared before any clock starts
+        async with AsyncConnectionPool(
+            dsn,
+            min_size=pool_size,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            open=False,
+            name="bench-relay",
+        ) as pool:
+            await pool.wait(timeout=30.0)
+            counter = iter(range(1_000_000))
+
+            def fresh() -> list[EventEnvelope]:
+                return _events(f"run{next(counter)}", events)
+
+            async def bare() -> float:
+                return await _bare(js, [_message(TOPIC, e) for e in fresh()], 1)
+
+            async def bare_in_flight() -> float:
+                return await _bare(js, [_message(TOPIC, e) for e in fresh()], IN_FLIGHT)
+
+            async def publisher_only() -> float:
+                return await _publisher_only(broker, [_message(TOPIC, e) for e in fresh()])
+
+            async def library_strict() -> float:
+                await _load(dsn, fresh())
+                return await _library(pool, broker, events, 1)
+
+            async def library_in_flight() -> float:
+                await _load(dsn, fresh())
+                return await _library(pool, broker, events, IN_FLIGHT)
+
+            async def store_only() -> float:
+                await _load(dsn, fresh())
+                return await _library(pool, None, events, 1)
+
+            variants: dict[str, Callable[[], Awaitable[float]]] = {
+                "bare": bare,
+                "library_strict": library_strict,
+                "library_in_flight": library_in_flight,
+                "bare_in_flight": bare_in_flight,
+                "publisher_only": publisher_only,
+                "store_only": store_only,
+            }
+            rates: dict[str, list[float]] = {key: [] for key in variants}
+            for run in range(runs):
+                for key in rotation(variants, run):
+                    before = await _stored(js, STREAM.name)
+                    seconds = await variants[key]()
+                    stored = await _stored(js, STREAM.name) - before
+                    if stored != (0 if key == "store_only" else events):
+                        raise RuntimeError(
+                            f"relay {key}: the stream stored {stored} messages, expected {events}"
+                        )
+                    rates[key].append(events / seconds)
+                    log(f"relay run {run + 1}: {key} {events / seconds:,.0f} events/s")
+    finally:
+        await client.close()
+        await broker.aclose()
+    figures = {key: Figure.of(values, "events/s") for key, values in rates.items()}
+    bare_fig = figures["bare"]
+    return {
+        "events": events,
+        **{f"{key}_per_s": figure for key, figure in figures.items()},
+        "ratio": ratio(figures["library_strict"], bare_fig),
+        "in_flight_ratio": ratio(figures["library_in_flight"], bare_fig),
+        "in_flight_vs_bare_in_flight": ratio(
+            figures["library_in_flight"], figures["bare_in_flight"]
+        ),
+        "bare_in_flight_ratio": ratio(figures["bare_in_flight"], bare_fig),
+        "publisher_only_ratio": ratio(figures["publisher_only"], bare_fig),
+        "store_only_ratio": ratio(figures["store_only"], bare_fig),
+        "variant": {
+            "bare": "nats-py js.publish per event, each PubAck awaited, in sequence; same"
+            " envelopes, headers and Nats-Msg-Id; no database",
+            "library_strict": "Worker + RelayHandler on outbox_event, batch 50,"
+            " rows_in_flight=1 (the relay's default), leader lease off, pool"
+            f" {pool_size} (a crash repeats at most 1 row)",
+            "library_in_flight": f"the same with rows_in_flight={IN_FLIGHT}, group_marks"
+            f" (a crash repeats at most {IN_FLIGHT} rows)",
+            "bare_in_flight": f"the bare loop with {IN_FLIGHT} publishes awaiting their PubAck at"
+            " once (diagnostic)",
+            "publisher_only": "the library's NatsPublisher alone, one publish awaited at a time,"
+            " no database (diagnostic)",
+            "store_only": "library_strict with a no-op handler instead of the publish: the"
+            " per-key claim, one fenced mark per row and the runtime alone (diagnostic)",
+            "keys": f"{KEYS} partition keys in turn",
+        },
+    }
+
+
+def _smtp(sink: SinkProcess) -> SmtpSettings:
+    return SmtpSettings(
+        host="127.0.0.1",
+        port=sink.port,
+        policy=SmtpSecurityPolicy(sender=SENDER),
+        tls_context=sink.client_context(),
+        max_sessions=IN_FLIGHT,
+    )
+
+
+async def _consume_once(
+    dsn: str,
+    url: str,
+    sink: SinkProcess,
+    *,
+    run: int,
+    events: int,
+) -> float:
+    topic = f"bench-consume-{run}"
+    spec = StreamSpec(name=f"BENCH_CONSUME_{run}", subjects=(topic,))
+    broker = NatsBroker([url], streams=[spec])
+    client = await nats.connect(url)
+    js = client.jetstream(timeout=PUBLISH_SECONDS)
+    try:
+        await broker.jetstream()
+        for event in _events(f"consume{run}", events):
+            message = _message(topic, event)
+            await js.publish(topic, message.body, headers=_nats_headers(message))
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(_TRUNCATE)
+        pool_size = min(6, connection_budget(dsn))
+        async with (
+            AsyncConnectionPool(
+                dsn,
+                min_size=pool_size,
+                max_size=pool_size,
+                kwargs={"autocommit": True},
+                open=False,
+                name="bench-consume",
+            ) as pool,
+            SmtpMailer(_smtp(sink)) as mailer,
+        ):
+            await pool.wait(timeout=30.0)
+            workers = EmailChannelWorkers(
+                pool,
+                broker.consumer(EMAIL_CHANNEL_GROUP, [topic]),
+                broker.publisher(),
+                mailer,
+                sender=SENDER,
+                recipes=platform_recipes("https://app.bench.example", OWNER),
+                lane_config=email_channel_lane(
+                    timing=EmailTiming(batch_size=BATCH),
+                    poll_interval=CONSUMER_POLL,
+                    rows_in_flight=IN_FLIGHT,
+                    group_marks=True,
+                ),
+            )
+            before = sink.count()
+            started = time.perf_counter()
+            task = asyncio.create_task(workers.run())
+            try:
+                while sink.count() - before < 2 * events:
+                    if task.done():
+                        await task
+                        raise RuntimeError("relay consumer: the channel stopped early")
+                    await asyncio.sleep(0.01)
+                elapsed = time.perf_counter() - started
+            finally:
+                workers.request_stop()
+                await asyncio.gather(task, return_exceptions=True)
+        received = sink.count() - before
+        if received != 2 * events:
+            raise RuntimeError(
+                f"relay consumer: the sink received {received}, expected {2 * events}"
+            )
+        return elapsed
+    finally:
+        await client.close()
+        await broker.aclose()
+
+
+async def _measure_consumer(
+    dsn: str, url: str, events: int, runs: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    rates: list[float] = []
+    with SinkProcess() as sink:
+        for run in range(runs):
+            seconds = await _consume_once(dsn, url, sink, run=run, events=events)
+            rates.append(events / seconds)
+            log(
+                f"relay consumer run {run + 1}: {events / seconds:,.0f} events/s"
+                f" ({2 * events / seconds:,.0f} e-mails/s)"
+            )
+    figure = Figure.of(rates, "events/s")
+    return {
+        "consumer_events": events,
+        "consumer_email_events_per_s": figure,
+        "consumer_emails_per_s": Figure.of([2 * r for r in rates], "e-mails/s"),
+        "consumer_variant": "EmailChannelWorkers (group notification-email, ChannelTiming"
+        f" defaults) + its e-mail lane's worker: batch {BATCH}, rows_in_flight={IN_FLIGHT}, group_marks,"
+        f" poll {CONSUMER_POLL * 1000:g} ms, {IN_FLIGHT} SMTP sessions; 2 e-mails per event"
+        " (tenant_welcome, owner_notify) to a STARTTLS sink in its own process; the events"
+        " published before the clock starts",
+    }
