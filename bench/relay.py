@@ -56,13 +56,13 @@ from outbox_adapters.lanes.email_channel import (
     email_channel_lane,
     platform_recipes,
 )
-from outbox_adapters.lanes.relay import RelayHandler, relay_lane
+from outbox_adapters.lanes.relay import RelayHandler, event_message, relay_lane
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.events import new_event, outbox_event, publish_async
 from outbox_adapters.runtime import Worker
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.brokers import StreamSpec
-from outbox_core.events import CONTENT_TYPE, EventEnvelope
+from outbox_core.events import EventEnvelope
 from outbox_core.outcomes import OutcomeKind
 from outbox_core.ports import BrokerMessage, RowHandler
 from outbox_core.timing import EmailTiming
@@ -103,22 +103,6 @@ def _events(run: str, events: int) -> list[EventEnvelope]:
         )
         for n in range(events)
     ]
-
-
-def _message(topic: str, event: EventEnvelope) -> BrokerMessage:
-    """What ``RelayHandler`` publishes for ``event`` (``lanes.relay.relay_message``)."""
-    return BrokerMessage(
-        subject=topic,
-        key=event.key,
-        message_id=event.id,
-        body=event.encode(),
-        headers={
-            "content-type": CONTENT_TYPE,
-            "ce-id": event.id,
-            "ce-type": event.type,
-            "ce-source": event.source,
-        },
-    )
 
 
 def _nats_headers(message: BrokerMessage) -> dict[str, str]:
@@ -255,13 +239,13 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
                 return _events(f"run{next(counter)}", events)
 
             async def bare() -> float:
-                return await _bare(js, [_message(TOPIC, e) for e in fresh()], 1)
+                return await _bare(js, [event_message(TOPIC, e) for e in fresh()], 1)
 
             async def bare_in_flight() -> float:
-                return await _bare(js, [_message(TOPIC, e) for e in fresh()], IN_FLIGHT)
+                return await _bare(js, [event_message(TOPIC, e) for e in fresh()], IN_FLIGHT)
 
             async def publisher_only() -> float:
-                return await _publisher_only(broker, [_message(TOPIC, e) for e in fresh()])
+                return await _publisher_only(broker, [event_message(TOPIC, e) for e in fresh()])
 
             async def library_strict() -> float:
                 await _load(dsn, fresh())
@@ -356,7 +340,7 @@ async def _consume_once(
     try:
         await broker.jetstream()
         for event in _events(f"consume{run}", events):
-            message = _message(topic, event)
+            message = event_message(topic, event)
             await js.publish(topic, message.body, headers=_nats_headers(message))
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute(_TRUNCATE)

@@ -34,6 +34,7 @@ __all__ = [
     "EventEnvelope",
     "check_event_name",
     "decode_event",
+    "event_from_document",
 ]
 
 SPEC_VERSION: Final = "1.0"
@@ -138,7 +139,13 @@ def decode_event(body: bytes) -> EventEnvelope:
         document = json.loads(body)
     except (ValueError, RecursionError):
         raise InvalidPayload("the event is not JSON") from None
-    if not isinstance(document, dict):
+    return event_from_document(document)
+
+
+def event_from_document(document: object) -> EventEnvelope:
+    """The envelope of an already parsed CloudEvents document (the relay's stored payload);
+    :class:`InvalidPayload` for anything else, as :func:`decode_event`."""
+    if not isinstance(document, Mapping):
         raise InvalidPayload("the event is not a JSON object")
     if document.get("specversion") != SPEC_VERSION:
         raise InvalidPayload(f"the event is not a CloudEvents {SPEC_VERSION} envelope")

@@ -24,7 +24,6 @@ it for good — fails permanently at once, with the reason, and does not hold it
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Final
@@ -35,7 +34,7 @@ from outbox_adapters.postgres.events import RELAY_LANE
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.backoff import ExponentialBackoff
 from outbox_core.errors import InvalidPayload
-from outbox_core.events import CONTENT_TYPE, EventEnvelope, check_event_name, decode_event
+from outbox_core.events import CONTENT_TYPE, EventEnvelope, check_event_name, event_from_document
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.outcomes import Outcome, OutcomeKind
 from outbox_core.ports import BrokerMessage, Publisher
@@ -47,6 +46,7 @@ __all__ = [
     "RELAY_BACKOFF",
     "RELAY_LANE",
     "RelayHandler",
+    "event_message",
     "publish_acknowledged",
     "relay_disabled_warning",
     "relay_lane",
@@ -99,12 +99,13 @@ def relay_message(row: ClaimedRow) -> BrokerMessage:
     if not isinstance(payload, Mapping):
         raise InvalidPayload("the stored payload is not a JSON object")
     topic = check_event_name(payload.get("topic"), "the stored topic")
-    fields = {name: value for name, value in payload.items() if name != "topic"}
-    try:
-        body = json.dumps(fields, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError):  # pragma: no cover - the store decoded it from JSON
-        raise InvalidPayload("the stored event is not JSON") from None
-    event: EventEnvelope = decode_event(body)
+    event = event_from_document({k: v for k, v in payload.items() if k != "topic"})
+    return event_message(topic, event)
+
+
+def event_message(topic: str, event: EventEnvelope) -> BrokerMessage:
+    """The broker message of ``event`` on ``topic``: its CloudEvents body, the event id as the
+    message id, the partition key as the key, and the ``ce-*`` headers."""
     return BrokerMessage(
         subject=topic,
         key=event.key,
