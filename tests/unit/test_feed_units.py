@@ -1,0 +1,162 @@
+"""The in-app feed's parts that need no server (ADR 0022): settings, principals, cursors, the
+scope a notification names, and the fan-out's coalescing (no socket: nothing here connects)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.support.feed import header_principal
+
+from outbox_adapters.cli.feed import parse_duration
+from outbox_adapters.feed import Feed, FeedSettings, Principal
+from outbox_adapters.feed.stream import _events
+from outbox_adapters.postgres.channels import Cursor, Scope, ScopeListener
+from outbox_adapters.postgres.channels.push import scope_of
+from outbox_core.errors import ConfigurationError
+
+NOWHERE = "postgresql://nowhere.invalid/feed"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"ping_interval": 0}, "ping_interval must be positive"),
+        ({"ping_interval": float("inf")}, "ping_interval must be a finite number"),
+        ({"stream_cap": -1}, "stream_cap must be positive"),
+        ({"stream_cap": "20m"}, "stream_cap must be a finite number"),
+        ({"send_timeout": 0}, "send_timeout must be positive"),
+        ({"stream_cap_spread": 1}, "stream_cap_spread must be a fraction in [0, 1)"),
+        ({"stream_cap_spread": -0.1}, "stream_cap_spread must be a fraction in [0, 1)"),
+        ({"page_size": 0}, "page_size must be a whole number of at least 1"),
+        ({"max_page_size": 2.5}, "max_page_size must be a whole number of at least 1"),
+        ({"page_size": 30, "max_page_size": 20}, "page_size (30) must not exceed max_page_size"),
+    ],
+)
+def test_a_bad_setting_is_refused_at_construction_naming_it(kwargs, named: str):
+    with pytest.raises(ConfigurationError, match=re.escape(named)):
+        FeedSettings(**kwargs)
+
+
+def test_the_defaults_are_the_adr_s():
+    settings = FeedSettings()
+    assert (settings.ping_interval, settings.stream_cap) == (25.0, 1200.0)
+
+
+def test_a_principal_gives_its_scope_and_nothing_else():
+    assert Principal.platform_operator().scope == Scope.platform()
+    assert Principal.tenant_user("acme").scope == Scope.tenant("acme")
+    assert Scope.tenant("acme").key == "tenant:acme"
+    assert Scope.platform().key == "platform"
+    with pytest.raises(ValueError, match="non-empty tenant id"):
+        Principal.tenant_user("")
+    with pytest.raises(ValueError, match="belongs to no tenant"):
+        Principal("platform_operator", "acme")
+    with pytest.raises(ValueError, match="platform_operator or a tenant_user"):
+        Principal("admin")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-empty tenant id"):
+        Scope("tenant", None)
+
+
+@given(
+    at=st.datetimes(
+        min_value=datetime(1970, 1, 1),  # noqa: DTZ001 - hypothesis takes naive bounds
+        max_value=datetime(9000, 1, 1),  # noqa: DTZ001
+        timezones=st.just(UTC),
+    ),
+    row_id=st.integers(1, 2**63 - 1),
+)
+def test_a_cursor_survives_its_text_exactly(at: datetime, row_id: int):
+    cursor = Cursor(at, row_id)
+    assert Cursor.parse(cursor.text) == cursor
+
+
+@pytest.mark.parametrize(
+    ("payload", "scope"),
+    [
+        ('{"audience": "tenant", "tenant_id": "acme"}', Scope.tenant("acme")),
+        ('{"audience": "platform", "tenant_id": null}', Scope.platform()),
+        ('{"audience": "tenant", "tenant_id": null}', None),  # an id too long to announce
+        ('{"audience": "platform", "tenant_id": "acme"}', None),
+        ('{"audience": "nobody", "tenant_id": null}', None),
+        ("not json", None),
+        ("[]", None),
+        ("{}", None),
+    ],
+)
+def test_the_scope_a_notification_names(payload: str, scope: Scope | None):
+    assert scope_of(payload) == scope
+
+
+async def test_the_fan_out_signals_the_scope_s_streams_once_however_many_notifications():
+    listener = ScopeListener(NOWHERE)  # nothing connects: the fan-out is driven by hand
+    acme = [listener.subscribe(Scope.tenant("acme")) for _ in range(3)]
+    globex = listener.subscribe(Scope.tenant("globex"))
+    platform = listener.subscribe(Scope.platform())
+    for _ in range(1000):  # a burst while nobody reads: each signal is one slot, set once
+        listener._notified('{"audience": "tenant", "tenant_id": "acme"}')
+    assert all(signal.is_set() for signal in acme)
+    assert not globex.is_set()
+    assert not platform.is_set()
+
+    listener._notified("garbage")  # a scope that can't be trusted: everyone refetches
+    assert globex.is_set()
+    assert platform.is_set()
+    for signal in [*acme, globex, platform]:
+        signal.clear()
+    listener._connected()  # after every (re)connect: everyone refetches
+    assert all(signal.is_set() for signal in [*acme, globex, platform])
+
+
+async def test_a_stream_owes_a_slow_client_one_refresh_not_a_backlog():
+    feed = Feed(NOWHERE, header_principal)  # no I/O in the constructor
+    signal = feed.listener.subscribe(Scope.tenant("acme"))
+    events = _events(feed, signal, cap=5.0)
+    first = asyncio.ensure_future(anext(events))
+    await asyncio.sleep(0)
+    feed.listener._notified('{"audience": "tenant", "tenant_id": "acme"}')
+    assert (await first).event == "refresh"
+    assert (await first).data == ""  # no payload: the client refetches its scope
+    for _ in range(100):  # while the client is still being written to
+        feed.listener._notified('{"audience": "tenant", "tenant_id": "acme"}')
+    assert (await anext(events)).event == "refresh"
+    follow = asyncio.ensure_future(anext(events))
+    await asyncio.sleep(0.05)
+    assert not follow.done(), "the 100 notifications were coalesced into one refresh"
+    feed.closing = True
+    feed.listener.refresh_all()
+    with pytest.raises(StopAsyncIteration):
+        await follow
+    assert feed.open_streams == 0
+
+
+async def test_a_stream_ends_at_its_cap():
+    feed = Feed(NOWHERE, header_principal)
+    signal = feed.listener.subscribe(Scope.platform())
+    with pytest.raises(StopAsyncIteration):
+        async with asyncio.timeout(1):
+            await anext(_events(feed, signal, cap=0.05))
+
+
+@pytest.mark.parametrize(
+    ("text", "age"),
+    [
+        ("90d", timedelta(days=90)),
+        ("12h", timedelta(hours=12)),
+        ("30m", timedelta(minutes=30)),
+        ("45s", timedelta(seconds=45)),
+        ("2W", timedelta(weeks=2)),
+    ],
+)
+def test_prune_durations(text: str, age: timedelta):
+    assert parse_duration(text) == age
+
+
+@pytest.mark.parametrize("text", ["", "0d", "90", "d", "1.5h", "-3d", "3 days", "3y"])
+def test_a_bad_prune_duration_says_what_it_takes(text: str):
+    with pytest.raises(ValueError, match="is not a positive duration such as 90d"):
+        parse_duration(text)
