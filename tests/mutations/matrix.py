@@ -15,12 +15,14 @@ from typing import Any
 
 import attrs
 
+from outbox_adapters.feed import routes as _feed_routes
 from outbox_adapters.http import guard as http_guard
 from outbox_adapters.lanes import consumer as _consumer
 from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.postgres import operator_statements, statements
+from outbox_adapters.postgres.channels import feed as _feed_sql
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.postgres.webhooks import FanOut as _FanOut
 from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository
@@ -450,6 +452,46 @@ MUTANTS += (
         "dedup key without kind (the event id alone)",
         f"{EMAIL_CHANNEL}::test_an_event_delivered_three_times_sends_one_email_per_recipient_kind",
         (_row_channel, "recipient_key", _key_without_kind),
+    ),
+)
+
+# --- the in-app feed (ADR 0022): the scope of every query comes from the principal alone ----------
+
+FEED = "tests/integration/test_feed.py"
+
+
+def _feed_replace(name: str, old: str, new: str) -> tuple[object, str, object]:
+    original: str = getattr(_feed_sql, name)
+    if old not in original:
+        msg = f"mutant for channels.feed.{name} is stale: {old!r} is not in the predicate"
+        raise LookupError(msg)
+    return (_feed_sql, name, original.replace(old, new))
+
+
+async def _scope_from_query(feed: Any, connection: Any) -> Any:
+    """The mutant of routes._scope: a ``?tenant_id=`` overrides the principal's tenant."""
+    answer = feed.authenticate(connection)
+    principal = await answer if asyncio.iscoroutine(answer) else answer
+    if principal is None:
+        return None
+    asked = connection.query_params.get("tenant_id")
+    return _feed_sql.Scope.tenant(asked) if asked else principal.scope
+
+
+MUTANTS += (
+    Mutant(
+        "feed-scope-no-tenant-filter",
+        "the tenant predicate of the feed's queries (list, count, mark one, mark all)",
+        "drop AND tenant_id = :tenant (every tenant's rows in scope)",
+        f"{FEED}::test_marking_another_tenant_s_notification_is_a_404_and_leaves_it_unread",
+        _feed_replace("TENANT_SCOPE", " AND tenant_id = %(tenant_id)s", ""),
+    ),
+    Mutant(
+        "feed-scope-from-query",
+        "the scope comes from the authenticated principal only",
+        "let ?tenant_id= override the principal's tenant",
+        f"{FEED}::test_a_spoofed_tenant_id_or_audience_changes_nothing[&tenant_id=globex]",
+        (_feed_routes, "_scope", _scope_from_query),
     ),
 )
 
