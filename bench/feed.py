@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import random
 import subprocess
 import sys
@@ -169,14 +170,24 @@ async def measure(
     return {
         "inserts": sizes.feed_inserts,
         "variant": (
-            "one server process (uvicorn, Feed, one LISTEN connection); every stream of one scope;"
-            " clock from just before the INSERT to the refresh bytes at each client"
+            f"one server process (uvicorn with {_http_parser()}, Feed, one LISTEN connection);"
+            " every stream of one scope; clock from just before the INSERT to the refresh bytes"
+            " at each client"
         ),
         **{
             f"streams_{n}": {"p50_ms": Figure.of(p50[n], "ms"), "p99_ms": Figure.of(p99[n], "ms")}
             for n in STREAM_COUNTS
         },
     }
+
+
+def _http_parser() -> str:
+    """What uvicorn parses HTTP with here ("auto": httptools when installed, else h11)."""
+    try:
+        importlib.import_module("httptools")
+    except ImportError:
+        return "h11"
+    return "httptools"
 
 
 # --- the server process ---------------------------------------------------------------------------

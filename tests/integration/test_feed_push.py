@@ -176,3 +176,13 @@ async def test_closing_the_feed_ends_its_streams_and_refuses_new_ones(dsn: str):
             assert late.status_code == 503
     finally:
         await feed.aclose()
+
+
+async def test_a_head_request_gets_the_stream_s_headers_without_holding_it_open(base):
+    feed, _url, http = base
+    async with asyncio.timeout(5):
+        got = await http.head("/feed/stream", headers={"X-Principal": "platform"})
+    assert got.status_code == 200
+    assert got.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert got.headers["cache-control"] == "no-store"
+    assert feed.open_streams == 0

@@ -10,11 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.types import Message
 from tests.support.feed import header_principal
 
 from outbox_adapters.cli.feed import parse_duration
 from outbox_adapters.feed import Feed, FeedSettings, Principal
-from outbox_adapters.feed.stream import _events
+from outbox_adapters.feed.stream import PING, REFRESH, StreamSignal, _stream
 from outbox_adapters.postgres.channels import Cursor, Scope, ScopeListener
 from outbox_adapters.postgres.channels.push import scope_of
 from outbox_core.errors import ConfigurationError
@@ -112,34 +113,83 @@ async def test_the_fan_out_signals_the_scope_s_streams_once_however_many_notific
     assert all(signal.is_set() for signal in [*acme, globex, platform])
 
 
+class FakeClient:
+    """The ASGI side of one stream: what was sent, a gate that can hold writes, a disconnect."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.gone = asyncio.Event()
+
+    async def send(self, message: Message) -> None:
+        await self.writable.wait()
+        self.sent.append(message.get("body", b"<start>"))
+
+    async def receive(self) -> Message:
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+
+def stream_of(feed: Feed, client: FakeClient, cap: float = 5.0) -> asyncio.Task[None]:
+    signal = StreamSignal(Scope.tenant("acme").key)
+    feed.listener.add(signal)
+    return asyncio.ensure_future(_stream(feed, signal, client.send, client.receive, cap))
+
+
+ACME_NOTE = '{"audience": "tenant", "tenant_id": "acme"}'
+
+
 async def test_a_stream_owes_a_slow_client_one_refresh_not_a_backlog():
     feed = Feed(NOWHERE, header_principal)  # no I/O in the constructor
-    signal = feed.listener.subscribe(Scope.tenant("acme"))
-    events = _events(feed, signal, cap=5.0)
-    first = asyncio.ensure_future(anext(events))
+    client = FakeClient()
+    task = stream_of(feed, client)
     await asyncio.sleep(0)
-    feed.listener._notified('{"audience": "tenant", "tenant_id": "acme"}')
-    # No payload: the client refetches its scope.
-    assert await first == b"event: refresh\r\ndata: \r\n\r\n"
-    for _ in range(100):  # while the client is still being written to
-        feed.listener._notified('{"audience": "tenant", "tenant_id": "acme"}')
-    assert await anext(events) == b"event: refresh\r\ndata: \r\n\r\n"
-    follow = asyncio.ensure_future(anext(events))
+    client.writable.clear()  # the client stops reading: the first write will hang
+    feed.listener._notified(ACME_NOTE)
+    await asyncio.sleep(0.01)
+    for _ in range(100):  # while that write hangs, the fan-out goes on and never waits
+        feed.listener._notified(ACME_NOTE)
+    client.writable.set()
     await asyncio.sleep(0.05)
-    assert not follow.done(), "the 100 notifications were coalesced into one refresh"
+    assert client.sent == [REFRESH, REFRESH], "the 100 were coalesced into one refresh"
+    assert REFRESH == b"event: refresh\r\ndata:\r\n\r\n"  # no payload: the client refetches
     feed.closing = True
     feed.listener.refresh_all()
-    with pytest.raises(StopAsyncIteration):
-        await follow
+    await asyncio.wait_for(task, 1)
+    assert client.sent[-1] == b""  # the response ended properly
     assert feed.open_streams == 0
 
 
-async def test_a_stream_ends_at_its_cap():
+async def test_a_stream_pings_when_idle_and_ends_at_its_cap():
+    feed = Feed(NOWHERE, header_principal, settings=FeedSettings(ping_interval=0.02))
+    client = FakeClient()
+    await asyncio.wait_for(stream_of(feed, client, cap=0.11), 1)
+    assert client.sent[:4] == [PING] * 4
+    assert REFRESH not in client.sent
+    assert client.sent[-1] == b""
+
+
+async def test_a_write_stuck_past_the_cap_is_cancelled_and_the_stream_ends():
+    feed = Feed(NOWHERE, header_principal, settings=FeedSettings(send_timeout=0.05))
+    client = FakeClient()
+    client.writable.clear()  # nothing will ever be written
+    task = stream_of(feed, client, cap=0.05)
+    await asyncio.sleep(0)
+    feed.listener._notified(ACME_NOTE)
+    await asyncio.wait_for(task, 1)  # cap + send_timeout: ended, not an error
+    assert not task.cancelled()
+    assert feed.open_streams == 0
+
+
+async def test_a_client_that_disconnects_ends_its_stream():
     feed = Feed(NOWHERE, header_principal)
-    signal = feed.listener.subscribe(Scope.platform())
-    with pytest.raises(StopAsyncIteration):
-        async with asyncio.timeout(1):
-            await anext(_events(feed, signal, cap=0.05))
+    client = FakeClient()
+    task = stream_of(feed, client)
+    await asyncio.sleep(0)
+    client.gone.set()
+    await asyncio.wait_for(task, 1)
+    assert feed.open_streams == 0
 
 
 @pytest.mark.parametrize(

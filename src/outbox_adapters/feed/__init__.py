@@ -14,6 +14,6 @@ extra (Starlette, sse-starlette, and the ``postgres`` extra).
 from outbox_adapters.feed.app import Feed
 from outbox_adapters.feed.principal import Authenticate, Principal
 from outbox_adapters.feed.settings import FeedSettings
-from outbox_adapters.feed.stream import REFRESH
+from outbox_adapters.feed.stream import PING, REFRESH
 
-__all__ = ["REFRESH", "Authenticate", "Feed", "FeedSettings", "Principal"]
+__all__ = ["PING", "REFRESH", "Authenticate", "Feed", "FeedSettings", "Principal"]

@@ -18,41 +18,31 @@ Bad input is a 400 whose ``error`` names the parameter and what it must be.
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox_adapters.feed.stream import stream_response
+from outbox_adapters.feed.replies import error, principal_scope
+from outbox_adapters.feed.stream import StreamEndpoint
 from outbox_adapters.postgres.channels.feed import Cursor, Scope
 from outbox_core.errors import StoreUnavailable
 
 if TYPE_CHECKING:
     from outbox_adapters.feed.app import Feed
 
-__all__ = ["error", "routes"]
+__all__ = ["routes"]
 
 _WHOLE: Final = re.compile(r"\d{1,9}")
 #: How much of a bad value an error message quotes back.
 _QUOTE: Final = 40
 
 
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
 def _quoted(value: str) -> str:
     return repr(value if len(value) <= _QUOTE else value[:_QUOTE] + "...")
-
-
-async def _scope(feed: Feed, connection: HTTPConnection) -> Scope | None:
-    answer = feed.authenticate(connection)
-    principal = await answer if inspect.isawaitable(answer) else answer
-    return None if principal is None else principal.scope
 
 
 def _limit(feed: Feed, request: Request) -> int | str:
@@ -74,7 +64,7 @@ def _scoped(feed: Feed, handler: Handler) -> Callable[[Request], Awaitable[Respo
     database."""
 
     async def endpoint(request: Request) -> Response:
-        scope = await _scope(feed, request)
+        scope = await principal_scope(feed.authenticate, request)
         if scope is None:
             return error(401, "not authenticated")
         try:
@@ -120,12 +110,6 @@ async def _mark_all(feed: Feed, _request: Request, scope: Scope) -> Response:
     return JSONResponse({"marked": await feed.store.mark_all_read(scope)})
 
 
-async def _stream(feed: Feed, _request: Request, scope: Scope) -> Response:
-    if feed.closing:
-        return error(503, "the feed is closing")
-    return stream_response(feed, scope, feed.jitter)
-
-
 def routes(feed: Feed) -> list[Route]:
     """The routes of ``feed``, to mount where the host likes (``Mount("/feed", feed.app)``)."""
     return [
@@ -135,5 +119,5 @@ def routes(feed: Feed) -> list[Route]:
             "/notifications/{notification_id:int}/read", _scoped(feed, _mark_one), methods=["POST"]
         ),
         Route("/notifications/read-all", _scoped(feed, _mark_all), methods=["POST"]),
-        Route("/stream", _scoped(feed, _stream), methods=["GET"]),
+        Route("/stream", StreamEndpoint(feed), methods=["GET"]),
     ]

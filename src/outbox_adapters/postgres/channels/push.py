@@ -99,6 +99,10 @@ class ScopeListener(Listener):
         """A new signal for one stream of ``scope``: set when the scope's feed may have changed."""
         return self._hub.subscribe(scope.key)
 
+    def add(self, signal: LaneWakeup) -> None:
+        """File a signal made by the stream (its key the scope's :attr:`Scope.key`)."""
+        self._hub.add(signal)
+
     def refresh_all(self) -> None:
         """Signal every stream (after a gap, or to make them look at their state)."""
         self._hub.wake_all()
