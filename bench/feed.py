@@ -131,8 +131,8 @@ async def _series(dsn: str, port: int, streams: int, inserts: int, seed: int) ->
         latencies: list[float] = []
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             # A few inserts first, not measured: the first passes through every path warm it up,
-            # and the garbage collector's full pass over the objects a thousand new streams made
-            # (up to ~0.2 s, once, docs/benchmarks.md) falls among them, not into the figure.
+            # and a full pass of the garbage collector over what a thousand new connections made
+            # falls among them rather than into the figure (ADR 0022 says how large it was).
             for n in range(-WARM_UP, inserts):
                 await asyncio.sleep(pauses.uniform(0, PAUSE))
                 pending[0] = streams

@@ -68,7 +68,7 @@ class Feed:
         self.open_streams = 0
         #: The ASGI app to mount. A bare Router, not a Starlette app: the host's app already wraps
         #: every request in its error and exception middleware, and a second stack would cost each
-        #: stream's every event three more wrapped sends (docs/benchmarks: the push latency).
+        #: stream's every event three more wrapped sends (ADR 0022: the push latency).
         self.app = Router(routes=routes(self))
 
     @property

@@ -10,7 +10,7 @@ refetch, not a backlog, and the fan-out never waits for it (setting a signal is 
 
 The same signal carries the stream's own timers, so an idle stream costs no task wake-up but its
 pings, and an event costs no timer at all (with a thousand streams woken by one insert, the
-per-event cost is what the push latency is made of: docs/benchmarks.md, ADR 0022):
+per-event cost is what the push latency is made of: ADR 0022, bench/feed.py):
 
 - a ``: ping`` comment every ``ping_interval`` seconds keeps proxies from closing an idle stream;
 - at its cap (about 20 minutes) the stream ends: the client's ``EventSource`` reconnects, and the
