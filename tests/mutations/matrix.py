@@ -306,12 +306,17 @@ MUTANTS += (
 WEBHOOK_FAN_OUT = "tests/integration/test_webhook_fan_out.py"
 
 
-def _webhook_replace(name: str, old: str, new: str) -> tuple[object, str, object]:
-    original: str = getattr(_webhook_statements, name)
+def _replace_in(module: Any, name: str, old: str, new: str) -> tuple[object, str, object]:
+    """A mutant of the SQL text ``module.name``: ``old`` replaced by ``new``."""
+    original: str = getattr(module, name)
     if old not in original:
-        msg = f"mutant for webhooks.statements.{name} is stale: {old!r} is not in the statement"
+        msg = f"mutant for {module.__name__}.{name} is stale: {old!r} is not in it"
         raise LookupError(msg)
-    return (_webhook_statements, name, original.replace(old, new))
+    return (module, name, original.replace(old, new))
+
+
+def _webhook_replace(name: str, old: str, new: str) -> tuple[object, str, object]:
+    return _replace_in(_webhook_statements, name, old, new)
 
 
 async def _fan_out_in_two_transactions(
@@ -460,14 +465,6 @@ MUTANTS += (
 FEED = "tests/integration/test_feed.py"
 
 
-def _feed_replace(name: str, old: str, new: str) -> tuple[object, str, object]:
-    original: str = getattr(_feed_sql, name)
-    if old not in original:
-        msg = f"mutant for channels.feed.{name} is stale: {old!r} is not in the predicate"
-        raise LookupError(msg)
-    return (_feed_sql, name, original.replace(old, new))
-
-
 async def _scope_from_query(feed: Any, connection: Any) -> Any:
     """The mutant of routes._scope: a ``?tenant_id=`` overrides the principal's tenant."""
     answer = feed.authenticate(connection)
@@ -484,7 +481,7 @@ MUTANTS += (
         "the tenant predicate of the feed's queries (list, count, mark one, mark all)",
         "drop AND tenant_id = :tenant (every tenant's rows in scope)",
         f"{FEED}::test_marking_another_tenant_s_notification_is_a_404_and_leaves_it_unread",
-        _feed_replace("TENANT_SCOPE", " AND tenant_id = %(tenant_id)s", ""),
+        _replace_in(_feed_sql, "TENANT_SCOPE", " AND tenant_id = %(tenant_id)s", ""),
     ),
     Mutant(
         "feed-scope-from-query",

@@ -23,8 +23,9 @@ LISTEN has no replay: whatever is committed while the connection is down is neve
   (:meth:`Listener._connected`): a worker claims and finds anything committed during the gap; a
   feed stream tells its client to refetch. Anything committed later is announced.
 
-:class:`Listener` is that loop, written once; a subclass names its channel and says what a
-notification and a (re)connect mean (:meth:`Listener._notified`, :meth:`Listener._connected`).
+:class:`Listener` is that loop, written once, with its subscribers filed by key in a
+:class:`~outbox_adapters.wakeup.WakeupHub`; a subclass names its channel, says which key a
+notification names (:meth:`Listener._notified`) and how subscribers subscribe.
 
 Nothing here is needed for correctness: workers poll anyway, and a dead listener only makes them
 as slow as their poll interval.
@@ -39,7 +40,6 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, ClassVar, Self
 
 import psycopg
@@ -113,13 +113,20 @@ class Listener:
 
     # --- what a subclass says ---------------------------------------------------------------------
 
+    @functools.cached_property
+    def _hub(self) -> WakeupHub:
+        """The subscribers, filed by key (a lane, a feed scope): what a notification fans out to."""
+        return WakeupHub()
+
     def _notified(self, payload: str) -> None:
-        """A notification arrived on :attr:`channel` (called on the event loop; must not block)."""
+        """A notification arrived on :attr:`channel` (called on the event loop; must not block):
+        signal the subscribers of the key it names."""
         raise NotImplementedError
 
     def _connected(self) -> None:
-        """LISTEN is (again) in place: whatever was announced while it was not is lost."""
-        raise NotImplementedError
+        """LISTEN is (again) in place: whatever was announced while it was not is lost, so every
+        subscriber is signalled once."""
+        self._hub.wake_all()
 
     # --- state ------------------------------------------------------------------------------------
 
@@ -165,12 +172,7 @@ class Listener:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_exc: object) -> None:
         await self.aclose()
 
     # --- the background task ----------------------------------------------------------------------
@@ -256,19 +258,12 @@ class WakeupListener(Listener):
     channel = WAKEUP_CHANNEL
     label = "wakeup"
 
-    @functools.cached_property
-    def _hub(self) -> WakeupHub:
-        return WakeupHub()
-
     def wakeup(self, lane: str) -> LaneWakeup:
         """A new wake-up signal for ``lane``, for one worker (keep a reference: held weakly here)."""
         return self._hub.subscribe(lane)
 
     def _notified(self, payload: str) -> None:
         self._hub.wake(payload)
-
-    def _connected(self) -> None:
-        self._hub.wake_all()
 
 
 def _why(exc: BaseException) -> str:

@@ -10,8 +10,8 @@ A tenant id too long to announce safely (over 1,000 bytes) is sent as ``null``: 
 signals every stream, which costs refetches, never a missed update.
 
 :class:`ScopeListener` is the shared :class:`~outbox_adapters.postgres.notify.Listener` (one
-dedicated connection, health checks, jittered reconnects) on the feed's channel, filing subscribers
-under their scope's key in a :class:`~outbox_adapters.wakeup.WakeupHub`. Each subscriber's signal is
+dedicated connection, health checks, jittered reconnects, subscribers filed by key in a
+:class:`~outbox_adapters.wakeup.WakeupHub`) on the feed's channel, keyed by scope. Each subscriber's signal is
 an event, a queue of one that coalesces: however many notifications arrive while a slow client is
 still being written to, it owes that client one refresh, and signalling it never blocks the
 fan-out. After every (re)connect every subscriber is signalled (LISTEN has no replay).
@@ -19,7 +19,6 @@ fan-out. After every (re)connect every subscriber is signalled (LISTEN has no re
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from typing import Final
@@ -28,7 +27,7 @@ from outbox_adapters.postgres.channels.feed import Scope
 from outbox_adapters.postgres.channels.tables import outbox_notification
 from outbox_adapters.postgres.notify import Listener
 from outbox_adapters.postgres.triggers import Trigger, attach
-from outbox_adapters.wakeup import LaneWakeup, WakeupHub
+from outbox_adapters.wakeup import LaneWakeup
 
 __all__ = ["FEED_CHANNEL", "FEED_TRIGGER", "ScopeListener", "scope_of"]
 
@@ -91,10 +90,6 @@ class ScopeListener(Listener):
     channel = FEED_CHANNEL
     label = "feed"
 
-    @functools.cached_property
-    def _hub(self) -> WakeupHub:
-        return WakeupHub()
-
     def subscribe(self, scope: Scope) -> LaneWakeup:
         """A new signal for one stream of ``scope``: set when the scope's feed may have changed."""
         return self._hub.subscribe(scope.key)
@@ -114,6 +109,3 @@ class ScopeListener(Listener):
             self._hub.wake_all()
         else:
             self._hub.wake(scope.key)
-
-    def _connected(self) -> None:
-        self._hub.wake_all()
