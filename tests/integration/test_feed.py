@@ -9,9 +9,11 @@ walk newest first without repeating or skipping a row; bad input is a 400 naming
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
+from psycopg_pool import AsyncConnectionPool
 from tests.support.feed import as_header, header_principal, host_app, insert_notification, read_at
 
 from outbox_adapters.feed import Feed, FeedSettings
@@ -206,3 +208,21 @@ async def test_a_bad_page_size_or_cursor_is_a_400_naming_the_problem(
 async def test_a_huge_notification_id_is_a_404_not_a_server_error(client):
     got = await client.post(f"/feed/notifications/{2**70}/read", headers=as_header(ACME))
     assert got.status_code == 404
+
+
+async def test_a_feed_on_the_host_s_pool_leaves_that_pool_open(dsn: str):
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False
+    )
+    await pool.open(wait=True)
+    try:
+        insert_notification(dsn, audience="platform", tenant_id=None)
+        async with Feed(dsn, header_principal, pool=pool) as feed:
+            transport = httpx.ASGITransport(app=host_app(feed))
+            async with httpx.AsyncClient(transport=transport, base_url="http://host") as client:
+                assert await unread(client, "platform") == 1
+        assert not pool.closed
+        async with pool.connection() as conn:
+            await conn.execute("SELECT 1")
+    finally:
+        await pool.close()

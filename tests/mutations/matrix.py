@@ -465,9 +465,10 @@ MUTANTS += (
 FEED = "tests/integration/test_feed.py"
 
 
-async def _scope_from_query(feed: Any, connection: Any) -> Any:
-    """The mutant of routes._scope: a ``?tenant_id=`` overrides the principal's tenant."""
-    answer = feed.authenticate(connection)
+async def _scope_from_query(authenticate: Any, connection: Any) -> Any:
+    """The mutant of principal_scope (as the routes use it): a ``?tenant_id=`` overrides the
+    principal's tenant."""
+    answer = authenticate(connection)
     principal = await answer if asyncio.iscoroutine(answer) else answer
     if principal is None:
         return None
@@ -488,7 +489,7 @@ MUTANTS += (
         "the scope comes from the authenticated principal only",
         "let ?tenant_id= override the principal's tenant",
         f"{FEED}::test_a_spoofed_tenant_id_or_audience_changes_nothing[&tenant_id=globex]",
-        (_feed_routes, "_scope", _scope_from_query),
+        (_feed_routes, "principal_scope", _scope_from_query),
     ),
 )
 
@@ -498,5 +499,8 @@ BY_NAME: dict[str, Mutant] = {mutant.name: mutant for mutant in MUTANTS}
 def apply(name: str, setattr_: Callable[[object, str, object], None] = setattr) -> Mutant:
     mutant = BY_NAME[name]
     target, attribute, value = mutant.patch
+    if not hasattr(target, attribute):  # a renamed target would make the mutant a no-op
+        msg = f"mutant {name} is stale: {target!r} has no attribute {attribute!r}"
+        raise LookupError(msg)
     setattr_(target, attribute, value)
     return mutant

@@ -7,9 +7,11 @@ import asyncio
 import re
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.requests import HTTPConnection
 from starlette.types import Message
 from tests.support.feed import header_principal
 
@@ -18,7 +20,7 @@ from outbox_adapters.feed import Feed, FeedSettings, Principal
 from outbox_adapters.feed.stream import PING, REFRESH, StreamSignal, _stream
 from outbox_adapters.postgres.channels import Cursor, Scope, ScopeListener
 from outbox_adapters.postgres.channels.push import scope_of
-from outbox_core.errors import ConfigurationError
+from outbox_core.errors import ConfigurationError, StoreUnavailable
 
 NOWHERE = "postgresql://nowhere.invalid/feed"
 
@@ -190,6 +192,34 @@ async def test_a_client_that_disconnects_ends_its_stream():
     client.gone.set()
     await asyncio.wait_for(task, 1)
     assert feed.open_streams == 0
+
+
+class DownStore:
+    """A feed store whose database is gone."""
+
+    async def unread(self, scope: Scope) -> int:
+        raise StoreUnavailable("connection refused")
+
+
+async def test_an_async_authenticate_is_awaited_and_an_outage_is_a_503():
+    async def authenticate(connection: HTTPConnection) -> Principal | None:
+        await asyncio.sleep(0)
+        return header_principal(connection)
+
+    feed = Feed(NOWHERE, authenticate)
+    feed._store = DownStore()  # type: ignore[assignment]
+    transport = httpx.ASGITransport(app=feed.app)  # in-process: no socket
+    async with httpx.AsyncClient(transport=transport, base_url="http://feed") as client:
+        got = await client.get("/notifications/unread-count", headers={"X-Principal": "platform"})
+        assert got.status_code == 503
+        assert got.json() == {"error": "the feed's database is unavailable; try again shortly"}
+        nobody = await client.get("/notifications/unread-count")
+        assert nobody.status_code == 401
+
+
+def test_an_unstarted_feed_says_how_to_start_it():
+    with pytest.raises(RuntimeError, match="async with feed"):
+        _ = Feed(NOWHERE, header_principal).store
 
 
 @pytest.mark.parametrize(
