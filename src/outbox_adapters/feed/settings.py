@@ -33,7 +33,8 @@ class FeedSettings:
     stream_cap: float = 20 * 60.0
     #: The fraction of ``stream_cap`` a stream may end early by, drawn per stream (0: exactly).
     stream_cap_spread: float = 0.1
-    #: Seconds one write to a client may take before its stream is given up (a stuck client).
+    #: Seconds past the cap a write may still hang (a client that stopped reading) before the
+    #: stream is cancelled: no stream outlives ``stream_cap + send_timeout``.
     send_timeout: float = 10.0
     #: Notifications per page when the client asks for no size.
     page_size: int = 20
