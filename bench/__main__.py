@@ -23,6 +23,7 @@ from typing import Any, Final
 from bench import (
     dispatch,
     enqueue,
+    feed,
     history,
     latency,
     loop,
@@ -51,6 +52,7 @@ COMPARISONS: Final[dict[str, Callable[..., Any]]] = {
     "enqueue": enqueue.measure,
     "latency": latency.measure,
     "memory": memory.measure,
+    "feed": feed.measure,
 }
 
 #: Extra seconds past a comparison's own timeout before the process is stopped outright.

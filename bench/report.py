@@ -379,6 +379,23 @@ def _memory(r: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _feed(r: Mapping[str, Any]) -> list[str]:
+    body = [
+        [f"{n:,}", _cell(r, f"feed.streams_{n}.p50_ms"), _cell(r, f"feed.streams_{n}.p99_ms")]
+        for n in (1, 100, 1000)
+    ]
+    return [
+        "## Feed push latency (insert → SSE refresh)",
+        "",
+        (
+            f"{_cell(r, 'feed.inserts')} inserts per series; {_cell(r, 'feed.variant')}."
+            " Goal: p99 < 50 ms at 1,000 streams."
+        ),
+        "",
+        *_table(["open streams", "p50, ms", "p99, ms"], body),
+    ]
+
+
 _SECTIONS = {
     "dispatch": _dispatch,
     "peers": _peers,
@@ -389,6 +406,7 @@ _SECTIONS = {
     "enqueue": _enqueue,
     "latency": _latency,
     "memory": _memory,
+    "feed": _feed,
 }
 
 

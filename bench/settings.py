@@ -38,6 +38,8 @@ class Sizes:
     relay_events: int
     #: Events consumed into e-mails (two each) per consumer run.
     consumer_events: int
+    #: Notifications inserted one at a time per feed push-latency series (bench/feed.py).
+    feed_inserts: int
     #: Seconds one comparison may take before it is abandoned (the harness never hangs).
     comparison_timeout: float
 
@@ -56,6 +58,7 @@ QUICK: Final = Sizes(
     memory_rows=100_000,
     relay_events=2_000,
     consumer_events=200,
+    feed_inserts=30,
     comparison_timeout=240.0,
 )
 
@@ -75,5 +78,6 @@ FULL: Final = Sizes(
     memory_rows=1_000_000,
     relay_events=10_000,
     consumer_events=1_000,
+    feed_inserts=100,
     comparison_timeout=3_600.0,
 )

@@ -91,9 +91,13 @@ class WakeupHub:
     def subscribe(self, lane: str) -> LaneWakeup:
         """A new signal for ``lane``; keep a reference to it for as long as it is wanted."""
         signal = LaneWakeup(lane)
-        with self._lock:
-            self._lanes.setdefault(lane, weakref.WeakSet()).add(signal)
+        self.add(signal)
         return signal
+
+    def add(self, signal: LaneWakeup) -> None:
+        """File a signal made elsewhere (a subclass that notes more than "set") under its lane."""
+        with self._lock:
+            self._lanes.setdefault(signal.lane, weakref.WeakSet()).add(signal)
 
     def wake(self, lane: str) -> None:
         """Signal every subscriber of ``lane``."""

@@ -15,12 +15,14 @@ from typing import Any
 
 import attrs
 
+from outbox_adapters.feed import routes as _feed_routes
 from outbox_adapters.http import guard as http_guard
 from outbox_adapters.lanes import consumer as _consumer
 from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.postgres import operator_statements, statements
+from outbox_adapters.postgres.channels import feed as _feed_sql
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.postgres.webhooks import FanOut as _FanOut
 from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository
@@ -304,12 +306,17 @@ MUTANTS += (
 WEBHOOK_FAN_OUT = "tests/integration/test_webhook_fan_out.py"
 
 
-def _webhook_replace(name: str, old: str, new: str) -> tuple[object, str, object]:
-    original: str = getattr(_webhook_statements, name)
+def _replace_in(module: Any, name: str, old: str, new: str) -> tuple[object, str, object]:
+    """A mutant of the SQL text ``module.name``: ``old`` replaced by ``new``."""
+    original: str = getattr(module, name)
     if old not in original:
-        msg = f"mutant for webhooks.statements.{name} is stale: {old!r} is not in the statement"
+        msg = f"mutant for {module.__name__}.{name} is stale: {old!r} is not in it"
         raise LookupError(msg)
-    return (_webhook_statements, name, original.replace(old, new))
+    return (module, name, original.replace(old, new))
+
+
+def _webhook_replace(name: str, old: str, new: str) -> tuple[object, str, object]:
+    return _replace_in(_webhook_statements, name, old, new)
 
 
 async def _fan_out_in_two_transactions(
@@ -453,11 +460,47 @@ MUTANTS += (
     ),
 )
 
+# --- the in-app feed (ADR 0022): the scope of every query comes from the principal alone ----------
+
+FEED = "tests/integration/test_feed.py"
+
+
+async def _scope_from_query(authenticate: Any, connection: Any) -> Any:
+    """The mutant of principal_scope (as the routes use it): a ``?tenant_id=`` overrides the
+    principal's tenant."""
+    answer = authenticate(connection)
+    principal = await answer if asyncio.iscoroutine(answer) else answer
+    if principal is None:
+        return None
+    asked = connection.query_params.get("tenant_id")
+    return _feed_sql.Scope.tenant(asked) if asked else principal.scope
+
+
+MUTANTS += (
+    Mutant(
+        "feed-scope-no-tenant-filter",
+        "the tenant predicate of the feed's queries (list, count, mark one, mark all)",
+        "drop AND tenant_id = :tenant (every tenant's rows in scope)",
+        f"{FEED}::test_marking_another_tenant_s_notification_is_a_404_and_leaves_it_unread",
+        _replace_in(_feed_sql, "TENANT_SCOPE", " AND tenant_id = %(tenant_id)s", ""),
+    ),
+    Mutant(
+        "feed-scope-from-query",
+        "the scope comes from the authenticated principal only",
+        "let ?tenant_id= override the principal's tenant",
+        f"{FEED}::test_a_spoofed_tenant_id_or_audience_changes_nothing[&tenant_id=globex]",
+        (_feed_routes, "principal_scope", _scope_from_query),
+    ),
+)
+
 BY_NAME: dict[str, Mutant] = {mutant.name: mutant for mutant in MUTANTS}
 
 
 def apply(name: str, setattr_: Callable[[object, str, object], None] = setattr) -> Mutant:
     mutant = BY_NAME[name]
     target, attribute, value = mutant.patch
+    if not hasattr(target, attribute):  # a renamed target would make the mutant a no-op
+        msg = f"mutant {name} is stale: {target!r} has no attribute {attribute!r}"
+        raise LookupError(msg)
     setattr_(target, attribute, value)
     return mutant

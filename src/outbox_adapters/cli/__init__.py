@@ -9,9 +9,9 @@ printed: no database URL, no SMTP password (``SmtpSettings.describe()``), no pay
 One module per command family, each a plain click command or group that this module adds to
 :func:`main`: :mod:`.schema`, :mod:`.enqueue`, :mod:`.worker`, :mod:`.operator` (get, failed,
 requeue, stats), :mod:`.keys`, :mod:`.demo` (the command only; the demo lives in
-:mod:`outbox_adapters.demo`), :mod:`.endpoints` (webhook endpoints) and :mod:`.webhooks`
-(``enqueue webhook``, ``deliveries``, ``replay``). What they share (options, errors and exit codes, the database
-helpers) is in :mod:`.options`.
+:mod:`outbox_adapters.demo`), :mod:`.endpoints` (webhook endpoints), :mod:`.webhooks`
+(``enqueue webhook``, ``deliveries``, ``replay``) and :mod:`.feed` (``feed prune``). What they
+share (options, errors and exit codes, the database helpers) is in :mod:`.options`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from outbox_adapters.cli.demo import demo_command
 from outbox_adapters.cli.endpoints import endpoints_group
 from outbox_adapters.cli.enqueue import enqueue_group
 from outbox_adapters.cli.events import dlq_group, publish_command, relay_command
+from outbox_adapters.cli.feed import feed_group
 from outbox_adapters.cli.keys import keys_group
 from outbox_adapters.cli.operator import (
     failed_command,
@@ -76,6 +77,7 @@ for _command in (
     endpoints_group,
     deliveries_command,
     replay_command,
+    feed_group,
 ):
     main.add_command(_command)
 enqueue_group.add_command(enqueue_webhook_command)

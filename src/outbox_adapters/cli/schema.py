@@ -33,11 +33,11 @@ def schema_apply(database_url: str) -> None:
 @schema_group.command("verify")
 @database_url()
 def schema_verify(database_url: str) -> None:
-    """Check every table, column, index and check constraint; exit 1 listing what is missing."""
+    """Check every table, column, index, check constraint and trigger; exit 1 listing what is missing."""
     with database_errors():
         problems = schema.verify(database_url)
     if problems:
         for problem in problems:
             click.echo(f"schema problem: {problem}")
         raise Failure(f"the schema has {len(problems)} problem(s); `outbox schema apply` adds them")
-    click.echo("schema OK: every table, column, index and check constraint is present")
+    click.echo("schema OK: every table, column, index, check constraint and trigger is present")

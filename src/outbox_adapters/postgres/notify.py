@@ -1,4 +1,6 @@
-"""``WakeupListener``: LISTEN/NOTIFY wake-ups for idle workers (B3).
+"""One dedicated LISTEN connection per process (:class:`Listener`), and its first use: wake-ups for
+idle workers (:class:`WakeupListener`, B3). The in-app feed's push listens through the same
+machinery (:class:`~outbox_adapters.postgres.channels.push.ScopeListener`, ADR 0022).
 
 Theory of operation
 -------------------
@@ -17,8 +19,13 @@ LISTEN has no replay: whatever is committed while the connection is down is neve
   up to ~5 s more trying to cancel the check before it gives the connection up);
 - a lost connection is re-opened after the core's jittered pause (`outbox_core.backoff.LISTEN_RETRY`:
   100 ms doubling to 5 s, ±50 %), so the listeners of many replicas don't reconnect in lockstep;
-- after every (re)connect, once ``LISTEN`` is in place, every lane is woken once: its worker claims
-  and finds anything committed during the gap. Anything committed later is announced.
+- after every (re)connect, once ``LISTEN`` is in place, every subscriber is signalled once
+  (:meth:`Listener._connected`): a worker claims and finds anything committed during the gap; a
+  feed stream tells its client to refetch. Anything committed later is announced.
+
+:class:`Listener` is that loop, written once, with its subscribers filed by key in a
+:class:`~outbox_adapters.wakeup.WakeupHub`; a subclass names its channel, says which key a
+notification names (:meth:`Listener._notified`) and how subscribers subscribe.
 
 Nothing here is needed for correctness: workers poll anyway, and a dead listener only makes them
 as slow as their poll interval.
@@ -28,14 +35,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import psycopg
+from psycopg import sql
 
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.errors import as_unavailable, is_outage
@@ -43,23 +51,25 @@ from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.backoff import LISTEN_RETRY, RetryPause
 from outbox_core.errors import ConfigurationError
 
-__all__ = ["WAKEUP_CHANNEL", "WakeupListener"]
+__all__ = ["WAKEUP_CHANNEL", "Listener", "WakeupListener"]
 
 WAKEUP_CHANNEL = statements.WAKEUP_CHANNEL
 
 _log = logging.getLogger(__name__)
 
 
-class WakeupListener:
-    """One LISTEN connection per process, fanned out to the workers' wake-up signals.
+class Listener:
+    """One LISTEN connection on :attr:`channel`, kept alive for as long as the listener runs.
 
-    ``async with WakeupListener(dsn) as listener:`` (or :meth:`start` / :meth:`aclose`), then
-    ``Worker(..., wakeup=listener.wakeup("email"))``. Nothing is done in the constructor.
-
-    :meth:`start` opens the first connection and raises if it can't (a wrong DSN should be loud at
-    startup); from then on a lost connection is re-opened in the background, for as long as the
-    listener runs.
+    ``async with listener:`` (or :meth:`start` / :meth:`aclose`). Nothing is done in the
+    constructor. :meth:`start` opens the first connection and raises if it can't (a wrong DSN
+    should be loud at startup); from then on a lost connection is re-opened in the background.
     """
+
+    #: The LISTEN/NOTIFY channel (a subclass names it).
+    channel: ClassVar[str]
+    #: How the listener names itself in logs and in ``pg_stat_activity.application_name``.
+    label: ClassVar[str]
 
     def __init__(  # noqa: PLR0913 - keyword-only tuning knobs, each with a default
         self,
@@ -72,9 +82,10 @@ class WakeupListener:
         health_timeout: float = 5.0,
         connect_timeout: float = 10.0,
     ) -> None:
+        kind = type(self).__name__
         if not isinstance(retry, RetryPause):
             raise ConfigurationError(
-                f"WakeupListener retry must be a RetryPause (outbox_core.backoff), got {retry!r}"
+                f"{kind} retry must be a RetryPause (outbox_core.backoff), got {retry!r}"
             )
         for name, value in (
             ("health_interval", health_interval),
@@ -82,27 +93,42 @@ class WakeupListener:
             ("connect_timeout", connect_timeout),
         ):
             if value <= 0:
-                raise ConfigurationError(f"WakeupListener {name} must be positive, got {value!r}")
+                raise ConfigurationError(f"{kind} {name} must be positive, got {value!r}")
         self._dsn = dsn
-        self._connect_kwargs = {"application_name": "outbox-wakeup", **(connect_kwargs or {})}
+        self._connect_kwargs = {
+            "application_name": f"outbox-{self.label}",
+            **(connect_kwargs or {}),
+        }
         self._retry = retry
         self._jitter = jitter
         self._health_interval = health_interval
         self._health_timeout = health_timeout
         self._connect_timeout = connect_timeout
-        self._hub = WakeupHub()
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._task: asyncio.Task[None] | None = None
-        #: Connections opened after the first (each one followed by a wake-up of every lane).
+        #: Connections opened after the first (each one followed by :meth:`_connected`).
         self.reconnects = 0
-        #: Notifications received on the wake-up channel.
+        #: Notifications received on :attr:`channel`.
         self.notifications = 0
 
-    # --- subscribers ------------------------------------------------------------------------------
+    # --- what a subclass says ---------------------------------------------------------------------
 
-    def wakeup(self, lane: str) -> LaneWakeup:
-        """A new wake-up signal for ``lane``, for one worker (keep a reference: held weakly here)."""
-        return self._hub.subscribe(lane)
+    @functools.cached_property
+    def _hub(self) -> WakeupHub:
+        """The subscribers, filed by key (a lane, a feed scope): what a notification fans out to."""
+        return WakeupHub()
+
+    def _notified(self, payload: str) -> None:
+        """A notification arrived on :attr:`channel` (called on the event loop; must not block):
+        signal the subscribers of the key it names."""
+        raise NotImplementedError
+
+    def _connected(self) -> None:
+        """LISTEN is (again) in place: whatever was announced while it was not is lost, so every
+        subscriber is signalled once."""
+        self._hub.wake_all()
+
+    # --- state ------------------------------------------------------------------------------------
 
     @property
     def connected(self) -> bool:
@@ -118,20 +144,20 @@ class WakeupListener:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect, LISTEN, wake every lane, and keep listening in the background.
+        """Connect, LISTEN, signal every subscriber, and keep listening in the background.
 
         A database that can't be reached raises :class:`~outbox_core.errors.StoreUnavailable`
         (the driver's error chained); a bad DSN raises the driver's own error.
         """
         if self._task is not None:
-            raise RuntimeError("this WakeupListener has already been started")
+            raise RuntimeError(f"this {type(self).__name__} has already been started")
         try:
             self._conn = await self._connect()
         except Exception as exc:
             if is_outage(exc):
                 raise as_unavailable(exc, "LISTEN") from exc
             raise
-        self._task = asyncio.create_task(self._run(), name="outbox-wakeup-listener")
+        self._task = asyncio.create_task(self._run(), name=f"outbox-{self.label}-listener")
 
     async def aclose(self) -> None:
         """Stop listening and close the connection. Subscribers fall back to their poll."""
@@ -146,12 +172,7 @@ class WakeupListener:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_exc: object) -> None:
         await self.aclose()
 
     # --- the background task ----------------------------------------------------------------------
@@ -170,19 +191,24 @@ class WakeupListener:
                     failures += 1
                     delay = self._pause(failures)
                     _log.warning(
-                        "wake-up listener: reconnect failed (%s); retry in %.1fs", _why(exc), delay
+                        "%s listener: reconnect failed (%s); retry in %.1fs",
+                        self.label,
+                        _why(exc),
+                        delay,
                     )
                     await asyncio.sleep(delay)
                     continue
                 self.reconnects += 1
             up_since = time.monotonic()
             # LISTEN is in place: whatever commits from now on is announced; what committed while
-            # we were away is found by the claim this wake-up causes.
-            self._hub.wake_all()
+            # we were away is found by the subscribers this signal sends looking.
+            self._connected()
             try:
                 await self._listen(self._conn)
             except Exception as exc:  # noqa: BLE001 - a dead listener would silently cost latency
-                _log.warning("wake-up listener: connection lost (%s); reconnecting", _why(exc))
+                _log.warning(
+                    "%s listener: connection lost (%s); reconnecting", self.label, _why(exc)
+                )
             await self._drop_connection()
             if time.monotonic() - up_since > self._retry.cap.total_seconds():
                 failures = 0  # it was up a while: a fresh loss starts the pauses over
@@ -190,13 +216,13 @@ class WakeupListener:
             await asyncio.sleep(self._pause(failures))
 
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Wake lanes as notifications arrive; check the connection whenever it is quiet."""
+        """Pass notifications on as they arrive; check the connection whenever it is quiet."""
         while True:
             async with contextlib.aclosing(conn.notifies(timeout=self._health_interval)) as notes:
                 async for note in notes:
-                    if note.channel == WAKEUP_CHANNEL:
+                    if note.channel == self.channel:
                         self.notifications += 1
-                        self._hub.wake(note.payload)
+                        self._notified(note.payload)
             # Every health_interval: make sure the server still answers (a half-open connection
             # never raises by itself). Notifications that arrive meanwhile are kept by psycopg and
             # yielded by the next notifies().
@@ -209,7 +235,7 @@ class WakeupListener:
                 self._dsn, autocommit=True, **self._connect_kwargs
             )
             try:
-                await conn.execute(statements.LISTEN)
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             except BaseException:
                 await conn.close()
                 raise
@@ -220,6 +246,24 @@ class WakeupListener:
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.close()
+
+
+class WakeupListener(Listener):
+    """One LISTEN connection per process, fanned out to the workers' wake-up signals.
+
+    ``async with WakeupListener(dsn) as listener:`` (or :meth:`start` / :meth:`aclose`), then
+    ``Worker(..., wakeup=listener.wakeup("email"))``. Nothing is done in the constructor.
+    """
+
+    channel = WAKEUP_CHANNEL
+    label = "wakeup"
+
+    def wakeup(self, lane: str) -> LaneWakeup:
+        """A new wake-up signal for ``lane``, for one worker (keep a reference: held weakly here)."""
+        return self._hub.subscribe(lane)
+
+    def _notified(self, payload: str) -> None:
+        self._hub.wake(payload)
 
 
 def _why(exc: BaseException) -> str:

@@ -3,7 +3,10 @@
 The DDL is compiled from :data:`.tables.metadata` for the PostgreSQL dialect, so it matches what
 Alembic autogenerate would write for a host that merges the metadata into its own migrations. Every
 statement is ``IF NOT EXISTS``: applying twice is harmless. It creates what is missing and never
-alters what exists; :func:`verify` reports what differs.
+alters what exists; :func:`verify` reports what differs. A table's triggers (:mod:`.triggers`: the
+feed's push, ADR 0022) follow its DDL; their functions are ``CREATE OR REPLACE``, so applying a
+newer release updates a function's body (Alembic users add them by hand: autogenerate sees no
+trigger).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from outbox_adapters.postgres.tables import metadata
+from outbox_adapters.postgres.triggers import triggers_of
 
 __all__ = ["apply", "ddl_sql", "ddl_statements", "verify"]
 
@@ -43,9 +47,20 @@ WHERE con.contype = 'c' AND ns.nspname = ANY(current_schemas(false))
   AND rel.relname = ANY(%(tables)s)
 """
 
+#: Enabled user triggers of the outbox tables.
+_TRIGGERS: Final = """
+SELECT rel.relname, trg.tgname
+FROM pg_trigger trg
+JOIN pg_class rel ON rel.oid = trg.tgrelid
+JOIN pg_namespace ns ON ns.oid = rel.relnamespace
+WHERE NOT trg.tgisinternal AND trg.tgenabled <> 'D'
+  AND ns.nspname = ANY(current_schemas(false)) AND rel.relname = ANY(%(tables)s)
+"""
+
 
 def ddl_statements() -> list[str]:
-    """Each CREATE TABLE / CREATE INDEX statement, in dependency order, without a semicolon."""
+    """Each CREATE TABLE / CREATE INDEX statement, then the table's triggers, in dependency order,
+    without a semicolon."""
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
     out: list[str] = []
     for table in metadata.sorted_tables:
@@ -53,6 +68,7 @@ def ddl_statements() -> list[str]:
         for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
             create = CreateIndex(index, if_not_exists=True)
             out.append(str(create.compile(dialect=dialect)).strip())
+        out.extend(statement for trigger in triggers_of(table) for statement in trigger.ddl)
     return out
 
 
@@ -80,12 +96,14 @@ def _expected(table: Table) -> tuple[set[str], set[str], set[str]]:
 
 
 def verify(dsn: str) -> list[str]:
-    """Problems found (missing tables, columns, indexes, checks); an empty list means all is there."""
+    """Problems found (missing tables, columns, indexes, checks, triggers); an empty list means all
+    is there."""
     tables = [table.name for table in metadata.sorted_tables]
     with psycopg.connect(dsn, autocommit=True) as conn:
         found_columns = set(conn.execute(_COLUMNS, {"tables": tables}).fetchall())
         found_indexes = set(conn.execute(_INDEXES, {"tables": tables}).fetchall())
         found_checks = set(conn.execute(_CHECKS, {"tables": tables}).fetchall())
+        found_triggers = set(conn.execute(_TRIGGERS, {"tables": tables}).fetchall())
     present = {table for table, _ in found_columns}
     problems: list[str] = []
     for table in metadata.sorted_tables:
@@ -107,5 +125,10 @@ def verify(dsn: str) -> list[str]:
             f"check constraint {name} on {table.name} is missing"
             for name in sorted(checks)
             if (table.name, name) not in found_checks
+        )
+        problems.extend(
+            f"trigger {trigger.name} on {table.name} is missing or disabled"
+            for trigger in triggers_of(table)
+            if (table.name, trigger.name) not in found_triggers
         )
     return problems

@@ -4,7 +4,8 @@ so ``outbox schema apply|sql|verify`` and a host's Alembic autogenerate see them
 - ``outbox_notification``: the in-app channel's feed, one row per (event, audience): ``platform``
   (``tenant_id`` NULL) or ``tenant`` (``tenant_id`` set). Unique on ``(event_id, audience)``, so a
   redelivered event writes nothing new. Indexed for the feed (an audience's or a tenant's newest
-  first) and for the unread count.
+  first), for the unread count and for retention (read rows by age). A trigger announces
+  each insert to the feed's SSE streams (:mod:`.push`, ADR 0022).
 - ``outbox_channel_parked``: which recipient kind of which event a channel parked on the dead-letter
   destination, so a redelivered event does not park the same kind twice.
 
@@ -65,6 +66,12 @@ Index(
     _n.audience,
     _n.tenant_id,
     postgresql_where=_n.read_at.is_(None),
+)
+#: Retention (``outbox feed prune``): the read rows by age, so each batch finds its rows at once.
+Index(
+    "ix_outbox_notification_read_age",
+    _n.created_at,
+    postgresql_where=_n.read_at.isnot(None),
 )
 
 outbox_channel_parked: Final = Table(

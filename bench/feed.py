@@ -1,0 +1,240 @@
+"""Feed push latency (issue 12 item 5): insert of a notification → ``refresh`` at a connected client.
+
+One server process runs the feed as a host would (``Feed`` mounted in a Starlette app on uvicorn,
+its one LISTEN connection, the push trigger of ``outbox schema apply``). This process opens N SSE
+streams to it (1, 100, 1,000), all of one scope (the platform operators'), so every insert is fanned
+out to every stream: the hardest case for one process. Then, one at a time with a random pause of up
+to 50 ms between them, it inserts a platform notification (an autocommit INSERT: the trigger's
+``pg_notify`` goes out at its commit). The clock starts just before the INSERT is sent and stops,
+per stream, when that stream's socket delivers the ``event: refresh`` bytes; p50/p99 are over every
+(insert, stream) arrival of a run. The next insert waits until every stream has its refresh.
+
+The clients are raw asyncio protocols that only look for the event's bytes, in this process, with
+its garbage collector paused while a series runs; the server is in its own process (it must not
+share the clients' event loop or GIL, or the figure would measure the two fighting over one core),
+its collector untouched. Goal: p99 < 50 ms at 1,000 streams.
+
+``python -m bench.feed serve DSN`` is the server process (its port on stdout; it ends when its
+stdin closes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import importlib
+import random
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final, cast
+
+import psycopg
+
+from bench.server import fresh_database
+from bench.settings import Sizes
+from bench.stats import Figure, percentile
+
+__all__ = ["measure"]
+
+STREAM_COUNTS: Final = (1, 100, 1000)
+#: Longest wait for every stream to receive one insert's refresh before the run is abandoned.
+ARRIVAL_TIMEOUT: Final = 10.0
+PAUSE: Final = 0.05
+#: Inserts before the measured ones (see _series).
+WARM_UP: Final = 5
+_EVENT: Final = b"event: refresh"
+_INSERT: Final = (
+    "INSERT INTO outbox_notification (event_id, audience, tenant_id, title, body)"
+    " VALUES (%s, 'platform', NULL, 'bench', 'bench')"
+)
+
+
+class _Stream(asyncio.Protocol):
+    """One SSE client: notes when each ``refresh`` arrived (perf_counter)."""
+
+    def __init__(self, arrived: Callable[[], None]) -> None:
+        self.arrivals: list[float] = []
+        self.opened = asyncio.get_running_loop().create_future()
+        self._arrived = arrived
+        self._tail = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast("asyncio.Transport", transport)
+        self.transport.write(
+            b"GET /feed/stream HTTP/1.1\r\nHost: bench\r\nX-Principal: platform\r\n"
+            b"Accept: text/event-stream\r\n\r\n"
+        )
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        if not self.opened.done():
+            self.opened.set_result(data.startswith(b"HTTP/1.1 200"))
+        seen = self._tail + data
+        for _ in range(seen.count(_EVENT)):
+            self.arrivals.append(now)
+            self._arrived()
+        self._tail = seen[-(len(_EVENT) - 1) :]
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002 - asyncio's signature
+        if not self.opened.done():
+            self.opened.set_result(False)
+
+
+@contextlib.asynccontextmanager
+async def _server(dsn: str) -> AsyncIterator[int]:
+    """The feed on uvicorn in a process of its own; its port."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.feed", "serve", dsn,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    if child.stdout is None or child.stdin is None:  # pragma: no cover - asked for both pipes
+        raise RuntimeError("the feed server process has no pipes")
+    try:
+        async with asyncio.timeout(30):
+            line = await child.stdout.readline()
+        yield int(line.split()[1])
+    finally:
+        child.stdin.close()
+        try:
+            async with asyncio.timeout(10):
+                await child.wait()
+        except TimeoutError:
+            child.kill()
+            await child.wait()
+
+
+async def _series(dsn: str, port: int, streams: int, inserts: int, seed: int) -> list[float]:
+    loop = asyncio.get_running_loop()
+    pending = [0]
+    done = asyncio.Event()
+
+    def arrived() -> None:
+        pending[0] -= 1
+        if pending[0] == 0:
+            done.set()
+
+    clients: list[_Stream] = []
+    try:
+        for start in range(0, streams, 100):  # connect in waves: the accept queue is finite
+            wave = [_Stream(arrived) for _ in range(min(100, streams - start))]
+            await asyncio.gather(
+                *(loop.create_connection(lambda s=s: s, "127.0.0.1", port) for s in wave)
+            )
+            async with asyncio.timeout(30):
+                if not all(await asyncio.gather(*(s.opened for s in wave))):
+                    raise RuntimeError("a feed stream was refused (not 200)")
+            clients += wave
+        await asyncio.sleep(0.5)  # every stream subscribed; the server is idle again
+        pauses = random.Random(seed)  # noqa: S311 - spacing, not secrets
+        latencies: list[float] = []
+        # The clients are the instrument, not the system measured (a browser is a process of its
+        # own): a full pass of THIS process's collector over a thousand connections' objects
+        # stalled every arrival of an insert by ~0.25 s. The server's collector runs as usual.
+        gc.disable()
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            # A few inserts first, not measured: the first passes through every path warm it up,
+            # and a full pass of the garbage collector over what a thousand new connections made
+            # falls among them rather than into the figure (ADR 0022 says how large it was).
+            for n in range(-WARM_UP, inserts):
+                await asyncio.sleep(pauses.uniform(0, PAUSE))
+                pending[0] = streams
+                done.clear()
+                started = time.perf_counter()
+                await conn.execute(_INSERT, (f"bench-{seed}-{streams}-{n}",))
+                async with asyncio.timeout(ARRIVAL_TIMEOUT):
+                    await done.wait()
+                if n >= 0:
+                    latencies += [(c.arrivals[n + WARM_UP] - started) * 1000.0 for c in clients]
+        return latencies
+    finally:
+        gc.enable()
+        for client in clients:
+            if client.transport is not None:
+                client.transport.close()
+        await asyncio.sleep(0.2)
+
+
+async def measure(
+    server_dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    p50: dict[int, list[float]] = {n: [] for n in STREAM_COUNTS}
+    p99: dict[int, list[float]] = {n: [] for n in STREAM_COUNTS}
+    with fresh_database(server_dsn, "feed") as dsn:
+        for run in range(runs):
+            async with _server(dsn) as port:
+                for streams in STREAM_COUNTS:
+                    series = await _series(dsn, port, streams, sizes.feed_inserts, seed=run)
+                    p50[streams].append(percentile(series, 50))
+                    p99[streams].append(percentile(series, 99))
+                    log(
+                        f"feed run {run + 1}: {streams} streams, p50 {p50[streams][-1]:.1f} ms,"
+                        f" p99 {p99[streams][-1]:.1f} ms"
+                    )
+    return {
+        "inserts": sizes.feed_inserts,
+        "variant": (
+            f"one server process (uvicorn with {_http_parser()}, Feed, one LISTEN connection);"
+            " every stream of one scope; clock from just before the INSERT to the refresh bytes"
+            " at each client"
+        ),
+        **{
+            f"streams_{n}": {"p50_ms": Figure.of(p50[n], "ms"), "p99_ms": Figure.of(p99[n], "ms")}
+            for n in STREAM_COUNTS
+        },
+    }
+
+
+def _http_parser() -> str:
+    """What uvicorn parses HTTP with here ("auto": httptools when installed, else h11)."""
+    try:
+        importlib.import_module("httptools")
+    except ImportError:
+        return "h11"
+    return "httptools"
+
+
+# --- the server process ---------------------------------------------------------------------------
+
+
+async def _serve(dsn: str) -> None:
+    import uvicorn  # noqa: PLC0415 - the server process only
+    from starlette.applications import Starlette  # noqa: PLC0415
+    from starlette.requests import HTTPConnection  # noqa: PLC0415
+    from starlette.routing import Mount  # noqa: PLC0415
+
+    from outbox_adapters.feed import Feed, FeedSettings, Principal  # noqa: PLC0415
+
+    def everyone_operates(_connection: HTTPConnection) -> Principal:
+        return Principal.platform_operator()
+
+    async with Feed(dsn, everyone_operates, settings=FeedSettings(send_timeout=30)) as feed:
+        config = uvicorn.Config(
+            Starlette(routes=[Mount("/feed", app=feed.app)]),
+            host="127.0.0.1", port=0, log_level="error", lifespan="off", backlog=4096,
+            timeout_graceful_shutdown=1,
+        )  # fmt: skip
+        server = uvicorn.Server(config)
+        serving = asyncio.create_task(server.serve())
+        while not server.started:  # noqa: ASYNC110 - uvicorn's flag, no event
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        sys.stdout.write(f"port {port}\n")
+        sys.stdout.flush()
+        # Until the parent closes our stdin (or goes away).
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await feed.aclose()
+        server.should_exit = True
+        await serving
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+        from bench import loop
+
+        loop.run(_serve(sys.argv[2]))
+    else:
+        sys.exit("usage: python -m bench.feed serve DSN")
