@@ -6,18 +6,19 @@ Relay (issue 11 item 7: goal library / bare >= 0.8x):
   headers=..., timeout=5)`` per event, in sequence, each awaiting its PubAck; the same envelopes
   (body = the CloudEvents JSON, the relay's ``content-type`` / ``ce-*`` headers, ``Nats-Msg-Id`` =
   the event id) on the same broker and stream. Connected before the clock starts; no database.
-- ``library_strict``: N events written to the event outbox (``publish_async``) BEFORE the clock
+- ``library``: N events written to the event outbox (``publish_async``) BEFORE the clock
   starts; the clock runs over ``Worker(PostgresStore(pool, table=outbox_event),
-  RelayHandler(publisher), relay_lane()).run(drain=True)``: the per-key-ordered claim (batch 50),
-  one publish awaited at a time (``rows_in_flight=1``, the relay's default), the fenced mark
-  that records ``published_at`` after each PubAck. A crash repeats at most 1 row.
-- ``library_in_flight``: the same with ``rows_in_flight=8`` and ``group_marks`` (one mark statement
-  per window of 8; rows of one key still go one after the other): a crash repeats at most 8 rows.
+  RelayHandler(publisher), relay_lane()).run(drain=True)`` with the relay's defaults: the
+  per-key-ordered claim (batch 500), the batch published in windows of 500 (rows of one key one
+  after the other, each awaiting its PubAck), one grouped fenced mark per window recording
+  ``published_at``. A crash repeats at most one window (ADR 0023).
+- ``library_strict``: the same with ``RelayTiming(batch_size=50, window=1)``: one publish awaited
+  at a time and one committed mark per row. A crash repeats at most 1 row.
 - ``bare_in_flight``: a diagnostic: the bare loop with 8 publishes awaiting their PubAck at once.
 - ``publisher_only``: a diagnostic: the library's ``NatsPublisher`` alone, one publish awaited at a
   time, messages built before the clock starts, no database: the adapter's cost over nats-py.
-- ``store_only``: a diagnostic: ``library_strict`` with a no-op handler instead of the publish: what
-  the claim, the per-row fenced mark (a committed transaction each) and the runtime cost alone.
+- ``store_only``: a diagnostic: ``library`` with a no-op handler instead of the publish: what the
+  claim, the grouped marks and the runtime cost alone.
 
 Events carry one of 50 partition keys in turn (several events per key, as a tenant's lifecycle
 has). Every run publishes fresh event ids (JetStream would drop a repeated ``Nats-Msg-Id`` within
@@ -65,7 +66,7 @@ from outbox_core.brokers import StreamSpec
 from outbox_core.events import EventEnvelope
 from outbox_core.outcomes import OutcomeKind
 from outbox_core.ports import BrokerMessage, RowHandler
-from outbox_core.timing import EmailTiming
+from outbox_core.timing import DEFAULT_RELAY_TIMING, EmailTiming, RelayTiming
 from outbox_core.tls import SmtpSecurityPolicy
 
 __all__ = ["measure"]
@@ -76,6 +77,8 @@ KEYS: Final = 50
 #: Rows per claim of the consumer's e-mail lane (as bench/smtp_e2e.py).
 BATCH: Final = 50
 IN_FLIGHT: Final = 8
+#: The strict relay: one publish and one committed mark at a time.
+STRICT: Final = RelayTiming(batch_size=50, window=1)
 #: The budget of one publish (the relay's default) and the bare loop's PubAck timeout.
 PUBLISH_SECONDS: Final = 5.0
 SENDER: Final = "bench@bench.example"
@@ -171,13 +174,11 @@ async def _load(dsn: str, events: list[EventEnvelope]) -> None:
 
 
 async def _library(
-    pool: AsyncConnectionPool[Any], broker: NatsBroker | None, events: int, in_flight: int
+    pool: AsyncConnectionPool[Any], broker: NatsBroker | None, events: int, timing: RelayTiming
 ) -> float:
     """The relay's drain of ``events`` loaded rows; ``broker`` None: a no-op handler instead of
     the publish (the claim, the marks and the runtime alone)."""
-    config = relay_lane(
-        poll_interval=DRAIN_POLL, rows_in_flight=in_flight, group_marks=in_flight > 1
-    )
+    config = relay_lane(poll_interval=DRAIN_POLL, timing=timing)
     store = PostgresStore(pool, table=outbox_event)
     handler: RowHandler = noop_handler if broker is None else RelayHandler(broker.publisher())
     try:
@@ -191,7 +192,7 @@ async def _library(
         rows = await (await conn.execute(_EVENT_ROWS)).fetchall()
     if stats.dispatched != events or rows != [("dispatched", 1, events)]:
         raise RuntimeError(
-            f"relay library rows_in_flight={in_flight}: dispatched {stats.dispatched}, rows by"
+            f"relay library window={timing.window}: dispatched {stats.dispatched}, rows by"
             f" (status, attempts) {rows}; expected {events} dispatched once"
         )
     return elapsed
@@ -211,7 +212,7 @@ async def measure(
             **consumer,
             "broker": f"nats-server -js ({found.source}, its own process, file store)"
             f" at {found.url}",
-            "goal": "ratio (library strict / bare) >= 0.8",
+            "goal": "ratio (library / bare) >= 0.8",
         }
 
 
@@ -247,22 +248,22 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
             async def publisher_only() -> float:
                 return await _publisher_only(broker, [event_message(TOPIC, e) for e in fresh()])
 
+            async def library() -> float:
+                await _load(dsn, fresh())
+                return await _library(pool, broker, events, DEFAULT_RELAY_TIMING)
+
             async def library_strict() -> float:
                 await _load(dsn, fresh())
-                return await _library(pool, broker, events, 1)
-
-            async def library_in_flight() -> float:
-                await _load(dsn, fresh())
-                return await _library(pool, broker, events, IN_FLIGHT)
+                return await _library(pool, broker, events, STRICT)
 
             async def store_only() -> float:
                 await _load(dsn, fresh())
-                return await _library(pool, None, events, 1)
+                return await _library(pool, None, events, DEFAULT_RELAY_TIMING)
 
             variants: dict[str, Callable[[], Awaitable[float]]] = {
                 "bare": bare,
+                "library": library,
                 "library_strict": library_strict,
-                "library_in_flight": library_in_flight,
                 "bare_in_flight": bare_in_flight,
                 "publisher_only": publisher_only,
                 "store_only": store_only,
@@ -287,28 +288,29 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
     return {
         "events": events,
         **{f"{key}_per_s": figure for key, figure in figures.items()},
-        "ratio": ratio(figures["library_strict"], bare_fig),
-        "in_flight_ratio": ratio(figures["library_in_flight"], bare_fig),
-        "in_flight_vs_bare_in_flight": ratio(
-            figures["library_in_flight"], figures["bare_in_flight"]
-        ),
+        "ratio": ratio(figures["library"], bare_fig),
+        "strict_ratio": ratio(figures["library_strict"], bare_fig),
+        "library_vs_bare_in_flight": ratio(figures["library"], figures["bare_in_flight"]),
         "bare_in_flight_ratio": ratio(figures["bare_in_flight"], bare_fig),
         "publisher_only_ratio": ratio(figures["publisher_only"], bare_fig),
         "store_only_ratio": ratio(figures["store_only"], bare_fig),
         "variant": {
             "bare": "nats-py js.publish per event, each PubAck awaited, in sequence; same"
             " envelopes, headers and Nats-Msg-Id; no database",
-            "library_strict": "Worker + RelayHandler on outbox_event, batch 50,"
-            " rows_in_flight=1 (the relay's default), leader lease off, pool"
-            f" {pool_size} (a crash repeats at most 1 row)",
-            "library_in_flight": f"the same with rows_in_flight={IN_FLIGHT}, group_marks"
-            f" (a crash repeats at most {IN_FLIGHT} rows)",
+            "library": "Worker + RelayHandler on outbox_event with relay_lane()'s defaults:"
+            f" batch {DEFAULT_RELAY_TIMING.batch_size} published in windows of"
+            f" {DEFAULT_RELAY_TIMING.window} (rows of one key one after the other), one grouped"
+            f" mark per window, leader lease off, pool {pool_size} (a crash repeats at most one"
+            " window, dropped by JetStream's duplicate window)",
+            "library_strict": f"the same with RelayTiming(batch_size={STRICT.batch_size},"
+            " window=1): one publish and one committed mark at a time (a crash repeats at most 1"
+            " row)",
             "bare_in_flight": f"the bare loop with {IN_FLIGHT} publishes awaiting their PubAck at"
             " once (diagnostic)",
             "publisher_only": "the library's NatsPublisher alone, one publish awaited at a time,"
             " no database (diagnostic)",
-            "store_only": "library_strict with a no-op handler instead of the publish: the"
-            " per-key claim, one fenced mark per row and the runtime alone (diagnostic)",
+            "store_only": "library with a no-op handler instead of the publish: the per-key"
+            " claim, the grouped marks and the runtime alone (diagnostic)",
             "keys": f"{KEYS} partition keys in turn",
         },
     }

@@ -31,6 +31,7 @@ __all__ = [
     "one_step_batch_timeout",
     "pick",
     "seconds",
+    "window",
 ]
 
 #: The largest batch (email) or retry claim batch (webhooks) a timing object accepts.
@@ -62,6 +63,17 @@ def batch_size(_inst: object, attribute: attrs.Attribute[Any], value: int) -> No
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE:
         raise ConfigurationError(
             f"{attribute.name} must be a whole number of rows from 1 to {MAX_BATCH_SIZE},"
+            f" got {value!r}"
+        )
+
+
+def window(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    """A window: 1 to ``batch_size`` rows worked at once."""
+    size = getattr(inst, "batch_size", MAX_BATCH_SIZE)
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole or not 1 <= value <= size:
+        raise ConfigurationError(
+            f"{attribute.name} must be a whole number of rows from 1 to the batch size {size},"
             f" got {value!r}"
         )
 
@@ -129,9 +141,28 @@ class OneStepLane:
     batch_timeout: timedelta
     lease_grace: timedelta
 
+    #: Rows worked at once, their marks recorded together (a window). 1 here: one row after the
+    #: other; a subclass with a ``window`` field (the relay's) overrides it.
+    window: int = 1
+
     def __attrs_post_init__(self) -> None:
-        names = ("batch_size", "per_row", "batch_timeout", "claim_lease")
-        check_chain(names, self.batch_size, self.per_row, self.batch_timeout, self.lease_grace)
+        if self.window == 1:
+            names = ("batch_size", "per_row", "batch_timeout", "claim_lease")
+        else:
+            names = (
+                f"windows (batch_size {self.batch_size} / window {self.window}, rounded up)",
+                "per_row",
+                "batch_timeout",
+                "claim_lease",
+            )
+        check_chain(
+            names, self.windows(self.batch_size), self.per_row, self.batch_timeout, self.lease_grace
+        )
+
+    def windows(self, rows: int) -> int:
+        """How many windows ``rows`` rows take (each window's rows are worked at once and take at
+        most one per-row budget together): ``ceil(rows / window)``."""
+        return -(-rows // self.window)
 
     @property
     def step(self) -> timedelta:
@@ -149,25 +180,31 @@ class OneStepLane:
         return self.mark
 
     def claim_lease(self, n: int | None = None) -> timedelta:
-        """The lease a claim of ``n`` rows (default: a full batch) stamps: ``n * per_row + grace``."""
+        """The lease a claim of ``n`` rows (default: a full batch) stamps:
+        ``windows(n) * per_row + grace`` (``n * per_row + grace`` one row at a time)."""
         rows = self.batch_size if n is None else n
         check_claim_size(rows)
-        return rows * self.per_row + self.lease_grace
+        return self.windows(rows) * self.per_row + self.lease_grace
 
     def describe(self) -> str:
         """One line for the lane's worker to print at start."""
         return (
             f"per-row budget {fmt(self.per_row)} ({self.STEP} {fmt(self.step)} + mark"
-            f" {fmt(self.mark)}), batch {self.batch_size}, batch timeout"
+            f" {fmt(self.mark)}), batch {self.batch_size}"
+            + (f" in windows of {self.window}" if self.window > 1 else "")
+            + f", batch timeout"
             f" {fmt(self.batch_timeout)}, claim lease {fmt(self.claim_lease())}"
         )
 
 
 def one_step_batch_timeout(inst: OneStepLane) -> timedelta:
-    """The default batch timeout of a :class:`OneStepLane`: ``batch_size * per_row`` (the shortest
-    the chain allows), its fields checked first (attrs makes defaults before it validates)."""
+    """The default batch timeout of a :class:`OneStepLane`: ``windows(batch_size) * per_row`` (the
+    shortest the chain allows), its fields checked first (attrs makes defaults before it
+    validates)."""
     fields = attrs.fields_dict(cast("Any", type(inst)))  # an attrs subclass, by contract
     budget(inst, fields[inst.STEP], inst.step)
     budget(inst, fields["mark"], inst.mark)
     batch_size(inst, fields["batch_size"], inst.batch_size)
-    return inst.batch_size * inst.per_row
+    if "window" in fields:
+        window(inst, fields["window"], inst.window)
+    return inst.windows(inst.batch_size) * inst.per_row

@@ -37,7 +37,7 @@ from outbox_adapters.postgres.store import PostgresStore
 from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.delivery import Status
-from outbox_core.errors import InvalidMessage, InvalidPayload
+from outbox_core.errors import ConfigurationError, InvalidMessage, InvalidPayload
 from outbox_core.events import CONTENT_TYPE, decode_event
 from outbox_core.messages import ClaimToken, Mark
 from outbox_core.outcomes import Outcome
@@ -263,7 +263,8 @@ async def test_published_at_is_set_only_after_the_broker_acknowledged(
     before = datetime.now(UTC)
     await asyncio.sleep(0.2)  # the retry wait
     await worker.run(drain=True)
-    assert [m.message_id for m in broker.messages] == ids  # t-1's two in order, t-2's
+    # t-1's two in order (t-2's went out beside them: the relay publishes a window at once).
+    assert broker_order(broker) == {"t-1": ids[:2], "t-2": ids[2:]}
     # While the broker was being asked, no row was recorded as published.
     assert all(seen == ("pending", None) for seen in publisher.seen_during_publish)
     for row in rows(dsn):
@@ -374,7 +375,12 @@ async def test_an_undecodable_row_fails_at_once_with_its_reason_and_does_not_blo
 def test_the_relay_lane_and_its_warning() -> None:
     lane = relay_lane()
     assert (lane.lane, lane.timing, lane.backoff) == (RELAY_LANE, RelayTiming(), RELAY_BACKOFF)
-    assert lane.rows_in_flight == 1
+    # The window is the whole batch: published at once, one grouped mark (ADR 0023).
+    assert (lane.rows_in_flight, lane.group_marks) == (500, True)
+    strict = relay_lane(timing=RelayTiming(batch_size=50, window=1))
+    assert (strict.rows_in_flight, strict.group_marks) == (1, False)
+    with pytest.raises(ConfigurationError, match=r"rows_in_flight follows the timing's window"):
+        relay_lane(rows_in_flight=8)
     # Broker trouble is never given up on: a second, then doubling to 30 s apart.
     waits = [RELAY_BACKOFF.delay(n, jitter=0.5) for n in (1, 2, 3, 6, 10_000)]
     assert waits == [timedelta(seconds=s) for s in (1, 2, 4, 30, 30)]

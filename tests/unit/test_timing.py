@@ -413,30 +413,64 @@ def test_the_relay_timing_holds_its_chain_and_is_a_lane_timing() -> None:
     assert isinstance(timing, LaneTiming)
     assert (timing.publish, timing.mark, timing.mark_budget) == (5 * S, 5 * S, 5 * S)
     assert timing.per_row == 10 * S  # publish 5 s + mark 5 s
-    assert timing.batch_size == 50
-    assert timing.batch_timeout == 500 * S
+    # The default: the whole batch of 500 is one window, published at once, one grouped mark.
+    assert (timing.batch_size, timing.window) == (500, 500)
+    assert timing.batch_timeout == 40 * S  # one window's 10 s + half the grace
     assert timing.lease_grace == 60 * S
-    assert timing.claim_lease() == 560 * S
-    assert timing.claim_lease(3) == 90 * S
+    assert timing.claim_lease() == 70 * S  # inside JetStream's two-minute duplicate window
+    assert timing.claim_lease(3) == 70 * S
     assert timing.describe() == (
-        "per-row budget 10s (publish 5s + mark 5s), batch 50, batch timeout 500s, claim lease 560s"
+        "per-row budget 10s (publish 5s + mark 5s), batch 500 in windows of 500, batch timeout"
+        " 40s, claim lease 70s"
     )
-    short = RelayTiming(publish=1 * S, mark=1 * S, batch_size=4, lease_grace=2 * S)
-    assert (short.per_row, short.batch_timeout, short.claim_lease()) == (2 * S, 8 * S, 10 * S)
+    # Windows count: 500 rows in windows of 100 are 5 windows of one per-row budget each.
+    windows = RelayTiming(batch_size=500, window=100)
+    assert (windows.batch_timeout, windows.claim_lease(), windows.claim_lease(101)) == (
+        80 * S,
+        110 * S,
+        80 * S,
+    )
+    assert RelayTiming(batch_size=10).window == 10  # the whole batch unless told
+    with pytest.raises(ConfigurationError) as wide:
+        RelayTiming(batch_size=10, window=11)
+    assert (
+        str(wide.value)
+        == "window must be a whole number of rows from 1 to the batch size 10, got 11"
+    )
+    with pytest.raises(ConfigurationError, match="window must be a whole number"):
+        RelayTiming(window=0)
+    with pytest.raises(ConfigurationError) as windowed:
+        RelayTiming(window=100, batch_timeout=49 * S)
+    assert str(windowed.value) == (
+        f"batch_timeout 49s is shorter than windows (batch_size 500 / window 100, rounded up) 5"
+        f" {TIMES} per_row 10s = 50s: the last row of a batch could be cancelled mid-send"
+    )
+    # The strict relay (window 1): one row after the other, the lease counts rows.
+    strict = RelayTiming(batch_size=50, window=1)
+    assert (strict.batch_timeout, strict.claim_lease(), strict.claim_lease(3)) == (
+        530 * S,
+        560 * S,
+        90 * S,
+    )
+    assert strict.describe() == (
+        "per-row budget 10s (publish 5s + mark 5s), batch 50, batch timeout 530s, claim lease 560s"
+    )
+    short = RelayTiming(publish=1 * S, mark=1 * S, batch_size=4, window=1, lease_grace=2 * S)
+    assert (short.per_row, short.batch_timeout, short.claim_lease()) == (2 * S, 9 * S, 10 * S)
     with pytest.raises(ConfigurationError) as too_short:
-        RelayTiming(batch_timeout=499 * S)
+        RelayTiming(batch_size=50, window=1, batch_timeout=499 * S)
     assert str(too_short.value) == (
         f"batch_timeout 499s is shorter than batch_size 50 {TIMES} per_row 10s = 500s:"
         " the last row of a batch could be cancelled mid-send"
     )
     with pytest.raises(ConfigurationError) as long:
-        RelayTiming(batch_timeout=560 * S)
+        RelayTiming(batch_size=50, window=1, batch_timeout=560 * S)
     assert str(long.value) == (
         f"batch_timeout 560s is not shorter than claim_lease 560s (batch_size 50 {TIMES} per_row"
         " 10s + lease_grace 60s): the lease could expire while the batch still runs, and a sibling"
         " that re-claims its rows would send them twice"
     )
-    assert RelayTiming(batch_timeout=559 * S).batch_timeout == 559 * S
+    assert RelayTiming(batch_size=50, window=1, batch_timeout=559 * S).batch_timeout == 559 * S
     with pytest.raises(ConfigurationError, match="publish must be a duration above 0s"):
         RelayTiming(publish=0 * S)
     with pytest.raises(ConfigurationError, match="mark must be a duration above 0s"):
@@ -449,7 +483,7 @@ def test_the_relay_timing_holds_its_chain_and_is_a_lane_timing() -> None:
         timing.claim_lease(0)
 
 
-@pytest.mark.parametrize("field", ["publish", "mark", "batch_size"])
+@pytest.mark.parametrize("field", ["publish", "mark", "batch_size", "window"])
 def test_a_relay_timing_with_a_wrong_type_is_refused_by_name_before_deriving(field: str) -> None:
     from outbox_core.timing import RelayTiming  # noqa: PLC0415 - the name under test
 

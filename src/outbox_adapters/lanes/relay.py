@@ -12,8 +12,10 @@ with :class:`RelayHandler` and :func:`relay_lane`; leader-gated by whoever runs 
   broker's positive acknowledgement of a stored message, broker trouble a transient failure. Within
   one claimed batch, once a row of a key did not go out, the later rows of that key are not
   published (transient: "an earlier event of this key is unpublished");
-- the runtime's fenced mark records it: ``dispatched`` (``published_at`` is then the row's
-  ``resolved_at``), or the attempt and the error with the next try a second or so later.
+- the runtime's fenced marks record it, one grouped mark per window of rows published at once
+  (:attr:`~outbox_core.timing.RelayTiming.window`, 500 by default; 1 is the strict relay):
+  ``dispatched`` (``published_at`` is then the row's ``resolved_at``), or the attempt and the
+  error with the next try a second or so later.
 
 Broker trouble never fails a row: :data:`RELAY_BACKOFF` retries it after 1 s, 2 s, 4 s ... at most
 30 s apart, for as long as it takes (a failed row would let the later events of its key overtake
@@ -33,7 +35,7 @@ import attrs
 from outbox_adapters.postgres.events import RELAY_LANE
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.backoff import ExponentialBackoff
-from outbox_core.errors import InvalidPayload
+from outbox_core.errors import ConfigurationError, InvalidPayload
 from outbox_core.events import CONTENT_TYPE, EventEnvelope, check_event_name, event_from_document
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.outcomes import Outcome, OutcomeKind
@@ -71,13 +73,29 @@ _NO_SCRUB: Final = ScrubRules(keys=frozenset())
 
 def relay_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's own keywords
     """The relay's :class:`LaneConfig`: lane ``events``, :class:`~outbox_core.timing.RelayTiming`
-    (publish 5 s + mark 5 s, batch 50, lease 560 s), :data:`RELAY_BACKOFF`, nothing scrubbed;
-    ``settings`` override."""
+    (publish 5 s + mark 5 s, batch 500 in one window of 500, lease 70 s), :data:`RELAY_BACKOFF`,
+    nothing scrubbed; ``settings`` override.
+
+    The rows in flight and the grouped marks follow the timing's window (ADR 0023): a window of N
+    rows is published at once and recorded by one grouped mark, ``RelayTiming(window=1)`` is the
+    strict relay. They are not set apart from it: the claim lease counts windows, so fewer rows
+    in flight than the window would run a batch past its timeout (its rest given back unsent).
+    """
+    timing = settings.get("timing", DEFAULT_RELAY_TIMING)
+    window = getattr(timing, "window", 1)
+    for name, derived in (("rows_in_flight", window), ("group_marks", window > 1)):
+        if name in settings and settings[name] != derived:
+            raise ConfigurationError(
+                f"relay_lane: {name} follows the timing's window ({window} rows): set"
+                f" RelayTiming(window=...) instead of {name}={settings[name]!r}"
+            )
     stated: dict[str, Any] = {
         "lane": RELAY_LANE,
         "timing": DEFAULT_RELAY_TIMING,
         "backoff": RELAY_BACKOFF,
         "scrub": _NO_SCRUB,
+        "rows_in_flight": window,
+        "group_marks": window > 1,
     }
     return LaneConfig(**{**stated, **settings})
 
