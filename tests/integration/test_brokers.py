@@ -12,8 +12,9 @@ import asyncio
 import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
+from typing import TYPE_CHECKING, cast
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -29,6 +30,9 @@ from outbox_adapters.brokers import (
 )
 from outbox_core.errors import ConfigurationError
 from outbox_core.outcomes import OutcomeKind
+
+if TYPE_CHECKING:
+    from outbox_adapters.brokers.kafka_consumer import KafkaMessage
 
 pytestmark = pytest.mark.integration
 
@@ -259,7 +263,8 @@ async def test_kafka_two_members_of_a_group_share_the_partitions_and_miss_nothin
         # aclosing: a member cancelled by the timeout below stops its group client now, not when
         # the garbage collector finalizes the generator (unclosed connections, warned later in
         # whichever test runs then).
-        async with contextlib.aclosing(consumer.messages()) as stream:
+        stream_of = cast("AsyncGenerator[KafkaMessage, None]", consumer.messages())
+        async with contextlib.aclosing(stream_of) as stream:
             async for got in stream:  # ends once closed and nothing more arrives
                 seen[name].add(got.message_id)
                 await got.ack()
