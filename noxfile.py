@@ -136,8 +136,8 @@ def chaos(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (check + format) and the import-linter contracts that keep the core sans-IO."""
     session.install("-e", DEV)
-    session.run("ruff", "check", "src", "tests", "bench", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "bench", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "bench", "examples", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "bench", "examples", "noxfile.py")
     session.run("lint-imports")
 
 
@@ -160,3 +160,10 @@ def bench(session: nox.Session) -> None:
     """The side-by-side benchmarks of PERFORMANCE.md (`nox -s bench -- --quick`): bench/results/."""
     session.install("-e", ".[dev,bench]")
     session.run("python", "-m", "bench", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def signup(session: nox.Session) -> None:
+    """The reference app (examples/signup_service) on embedded defaults: http://127.0.0.1:8000/."""
+    session.install("-e", ".[example]")
+    session.run("python", "-m", "examples.signup_service", *session.posargs)

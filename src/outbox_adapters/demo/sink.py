@@ -183,7 +183,8 @@ class _Controller(Controller):
 
 
 class SmtpSink:
-    """A real SMTP server on loopback. Use as a context manager, or call start()/stop()."""
+    """A real SMTP server on loopback. Use as a context manager, or call start()/stop(); a
+    stopped sink can be started again, on the same port, with what it received kept."""
 
     def __init__(
         self,
@@ -221,7 +222,8 @@ class SmtpSink:
         self._dir = tempfile.TemporaryDirectory(prefix="outbox-smtp-")
         self.ca_file = Path(self._dir.name) / "ca.pem"
         self._ca.cert_pem.write_to_path(str(self.ca_file))
-        self.port = free_port(self.host)
+        # A restart (after stop()) listens on the same port: an outage test's clients find it again.
+        self.port = self.port or free_port(self.host)
         kwargs: dict[str, Any] = {}
         if self.tls == "starttls" and self._advertise_starttls:
             kwargs["tls_context"] = self._server_context()

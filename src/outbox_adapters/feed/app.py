@@ -96,10 +96,16 @@ class Feed:
             await self._close_pool()
             raise
 
-    async def aclose(self) -> None:
-        """End every stream, then close the LISTEN connection (and the feed's own pool)."""
+    def end_streams(self) -> None:
+        """End every open stream now and refuse new ones (503), the rest of the feed still
+        answering. A host calls it before its server's graceful shutdown, which would otherwise
+        wait for the streams (each up to its cap) to end by themselves."""
         self.closing = True
         self.listener.refresh_all()  # each stream wakes, sees `closing` and ends
+
+    async def aclose(self) -> None:
+        """End every stream, then close the LISTEN connection (and the feed's own pool)."""
+        self.end_streams()
         await self.listener.aclose()
         await self._close_pool()
 
