@@ -136,14 +136,15 @@ def chaos(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (check + format) and the import-linter contracts that keep the core sans-IO."""
     session.install("-e", DEV)
-    session.run("ruff", "check", "src", "tests", "bench", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "bench", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "bench", "examples", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "bench", "examples", "noxfile.py")
     session.run("lint-imports")
 
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over both packages and the tests (pyproject.toml: files, tests.* override)."""
+    """mypy --strict over both packages, the examples and the tests (pyproject.toml: files, the
+    tests.* override)."""
     session.install("-e", DEV)
     session.run("mypy")
 
@@ -153,6 +154,14 @@ def demo(session: nox.Session) -> None:
     """`outbox demo`: e-mails through embedded PostgreSQL and a local STARTTLS server, checked."""
     session.install("-e", ".[demo]")
     session.run("outbox", "demo", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def invoice(session: nox.Session) -> None:
+    """The invoice example: an e-mail with a secret link and a PDF, scrubbed once sent, and a
+    signed webhook to a local receiver (examples/invoice), checked."""
+    session.install("-e", ".[demo]")
+    session.run("python", "-m", "examples.invoice", *session.posargs)
 
 
 @nox.session(python=PYTHON)
