@@ -143,7 +143,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over both packages and the tests (pyproject.toml: files, tests.* override)."""
+    """mypy --strict over both packages, the examples and the tests (pyproject.toml: files, the
+    tests.* override)."""
     session.install("-e", DEV)
     session.run("mypy")
 
@@ -153,6 +154,14 @@ def demo(session: nox.Session) -> None:
     """`outbox demo`: e-mails through embedded PostgreSQL and a local STARTTLS server, checked."""
     session.install("-e", ".[demo]")
     session.run("outbox", "demo", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def invoice(session: nox.Session) -> None:
+    """The invoice example: an e-mail with a secret link and a PDF, scrubbed once sent, and a
+    signed webhook to a local receiver (examples/invoice), checked."""
+    session.install("-e", ".[demo]")
+    session.run("python", "-m", "examples.invoice", *session.posargs)
 
 
 @nox.session(python=PYTHON)

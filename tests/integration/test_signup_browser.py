@@ -19,7 +19,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from examples.signup_service.serve import free_port
 from tests.support.signup import (
     OPERATOR_PASSWORD,
     Running,
@@ -30,6 +29,7 @@ from tests.support.signup import (
     until,
 )
 
+from examples.signup_service.serve import free_port
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.feed import FeedSettings
 

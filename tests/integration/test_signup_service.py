@@ -17,8 +17,6 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from examples.signup_service import accounts
-from examples.signup_service.serve import free_port
 from tests.support.signup import (
     Running,
     fresh_database,
@@ -28,6 +26,8 @@ from tests.support.signup import (
     until,
 )
 
+from examples.signup_service import accounts
+from examples.signup_service.serve import free_port
 from outbox_adapters.brokers.embedded import NatsServer, nats_server_binary
 from outbox_adapters.demo.sink import SmtpSink
 

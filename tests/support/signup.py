@@ -20,11 +20,11 @@ from typing import Any
 
 import attrs
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
 from examples.signup_service.serve import Urls, free_port, serving
 from examples.signup_service.settings import ServiceSettings
 from examples.signup_service.web import Service
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.feed import FeedSettings
 from outbox_adapters.lanes.channel_workers import ChannelTiming

@@ -4,6 +4,7 @@ limiter's windows, the confirmation links."""
 from __future__ import annotations
 
 import pytest
+
 from examples.signup_service.forms import FormError, SignupForm, slug_of
 from examples.signup_service.ratelimit import InProcessLimiter, client_of
 from examples.signup_service.recipes import ConfirmLinks
