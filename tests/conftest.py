@@ -16,17 +16,15 @@ Fixtures only one directory uses live in that directory's conftest; plain helper
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.support import brokers
+from tests.support.postgres import scratch_database
 
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.postgres import PostgresStore, schema
@@ -69,19 +67,8 @@ def postgres_server() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def postgres_dsn(postgres_server: str) -> Iterator[str]:
     """A DSN for a fresh database, private to this test session."""
-    name = f"outbox_test_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(postgres_server)
-    params["dbname"] = name
-    try:
-        yield make_conninfo("", **params)
-    finally:
-        with (
-            psycopg.connect(postgres_server, autocommit=True) as admin,
-            contextlib.suppress(Exception),
-        ):
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with scratch_database(postgres_server) as fresh:
+        yield fresh
 
 
 @pytest.fixture(scope="session")

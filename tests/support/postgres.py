@@ -7,11 +7,14 @@ the store's own idea of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import secrets
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from outbox_adapters.postgres import enqueue_async
@@ -26,6 +29,24 @@ HANDLE_KINDS = [
     "sqlalchemy-session",
     "sqlalchemy-async-session",
 ]
+
+
+@contextlib.contextmanager
+def scratch_database(server_dsn: str, prefix: str = "outbox_test") -> Iterator[str]:
+    """A DSN for a new, empty database on ``server_dsn``'s server; dropped (FORCE) afterwards."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = conninfo_to_dict(server_dsn)
+    params["dbname"] = name
+    try:
+        yield make_conninfo("", **params)
+    finally:
+        with (
+            psycopg.connect(server_dsn, autocommit=True) as admin,
+            contextlib.suppress(Exception),
+        ):
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def query(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:

@@ -19,8 +19,7 @@ from email.policy import default as default_policy
 from typing import Any
 
 import attrs
-import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tests.support.postgres import scratch_database
 
 from examples.signup_service.serve import Urls, free_port, serving
 from examples.signup_service.settings import ServiceSettings
@@ -42,21 +41,9 @@ SENDER = "hello@signup.example"
 @contextlib.contextmanager
 def fresh_database(server_dsn: str) -> Iterator[str]:
     """A new database on ``server_dsn``'s server with the outbox schema; dropped afterwards."""
-    name = f"signup_{secrets.token_hex(4)}"
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(server_dsn)
-    params["dbname"] = name
-    dsn = make_conninfo("", **params)
-    try:
+    with scratch_database(server_dsn, "signup") as dsn:
         schema.apply(dsn)
         yield dsn
-    finally:
-        with (
-            psycopg.connect(server_dsn, autocommit=True) as admin,
-            contextlib.suppress(Exception),
-        ):
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 def service_settings(
