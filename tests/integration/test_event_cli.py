@@ -4,8 +4,14 @@ JetStream) → `outbox consume --channel email --drain` (the real SMTP sink) and
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from tests.support.cli import outbox
@@ -102,3 +108,47 @@ def test_publish_refuses_bad_input_in_one_line_and_writes_nothing(dsn):
     assert not_json.exit_code == 2
     assert "--data" in not_json.stderr
     assert query(dsn, "SELECT count(*) FROM outbox_event") == [(0,)]
+
+
+def test_a_listening_relay_publishes_a_new_event_at_once_not_at_its_next_poll(dsn, nats_url):
+    """With a 60 s poll, only the NOTIFY of the publish's commit can explain a relay within
+    seconds (the e-mail channel's lane is woken the same way, by the same listener)."""
+    topic = f"events-{secrets.token_hex(3)}"
+    first = signup_event(dsn, topic, "tenant-w1", "ann@example.org")
+    relay = subprocess.Popen(  # noqa: S603 - our own command line
+        [
+            sys.executable, "-m", "outbox_adapters", "relay", "--database-url", dsn,
+            "--broker", nats_url, "--topic", topic, "--no-leader", "--poll-interval", "60",
+        ],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+    def published(event_id: str) -> bool:
+        found = query(dsn, "SELECT published_at FROM outbox_event WHERE event_id = %s", event_id)
+        return found != [(None,)]
+
+    try:
+        # The first event proves the relay has claimed once: it now sleeps on its 60 s poll.
+        deadline = time.monotonic() + 20
+        while not published(first) and time.monotonic() < deadline and relay.poll() is None:
+            time.sleep(0.05)
+        if not published(first):
+            relay.kill()
+            pytest.fail(f"the relay published nothing: {relay.communicate(timeout=20)}")
+        second = signup_event(dsn, topic, "tenant-w2", "bob@example.org")
+        committed = time.monotonic()
+        while not published(second) and time.monotonic() < committed + 5:
+            time.sleep(0.02)
+        waited = time.monotonic() - committed
+        assert published(second), "the event waited for the poll: no wake-up on commit"
+        relay.send_signal(signal.SIGTERM)
+        stdout, stderr = relay.communicate(timeout=20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            relay.kill()
+    assert relay.returncode == 0, stderr
+    assert "wake-up: LISTEN outbox_wakeup (polling every 60s stays the fallback)" in stdout
+    assert waited < 5

@@ -28,6 +28,7 @@ from outbox_adapters.cli.options import (
     setting_error,
     stop_on_signals,
 )
+from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
 from outbox_adapters.cli.worker_settings import smtp_options, smtp_settings
 from outbox_adapters.lanes.channel_workers import (
     ChannelTiming,
@@ -38,6 +39,7 @@ from outbox_adapters.lanes.email_channel import (
     EMAIL_CHANNEL_GROUP,
     check_public_url,
     email_channel_disabled_warning,
+    email_channel_lane,
     platform_recipes,
 )
 from outbox_adapters.lanes.inapp import INAPP_CHANNEL_GROUP
@@ -81,6 +83,7 @@ def drain_timing(broker_url: str) -> ChannelTiming:
     help="Who is told of every new tenant (owner_notify); none: that e-mail is left out.",
 )
 @option("--drain", env="OUTBOX_DRAIN", is_flag=True, help="Exit once every event is settled.")
+@listen_option
 def consume_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     channel: str,
     database_url: str,
@@ -97,6 +100,7 @@ def consume_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     public_url: str | None,
     platform_owner: str | None,
     drain: bool,  # noqa: FBT001
+    listen: bool,  # noqa: FBT001
 ) -> None:
     """Consume TOPIC into one channel until SIGTERM (or, with --drain, until nothing arrives)."""
     del sender_name
@@ -142,6 +146,7 @@ def consume_command(  # noqa: PLR0913, PLR0917 - one parameter per option
                 sender=sender,
                 recipes=recipes,
                 drain=drain,
+                listen=listen,
             )
         )
     click.echo("consumer stopped: " + _figures(stats))
@@ -185,12 +190,22 @@ async def _email(  # noqa: PLR0913 - the validated settings
     sender: str,
     recipes: Any,  # noqa: ANN401
     drain: bool,
+    listen: bool,
 ) -> Any:  # noqa: ANN401
     from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415 - the smtp extra
 
     broker = await connect_broker(broker_url, streams=specs)
     try:
-        async with connection_pool(url, max_size=5) as pool, SmtpMailer(smtp) as mailer:
+        config = email_channel_lane()
+        async with (
+            connection_pool(url, max_size=5) as pool,
+            SmtpMailer(smtp) as mailer,
+            # The channel's e-mail rows are written by this very process: the wake-up makes the
+            # lane's worker send them at once instead of at its next poll.
+            lane_wakeups(url, [config.lane], listen=listen, poll_interval=config.poll_interval) as (
+                wakeup,
+            ),
+        ):
             workers = EmailChannelWorkers(
                 pool,
                 broker.consumer(EMAIL_CHANNEL_GROUP, [topic]),
@@ -198,7 +213,9 @@ async def _email(  # noqa: PLR0913 - the validated settings
                 mailer,
                 sender=sender,
                 recipes=recipes,
+                lane_config=config,
                 timing=drain_timing(broker_url),
+                wakeup=wakeup,
             )
             click.echo(f"channel email: {topic} at {broker_url.rsplit('@', maxsplit=1)[-1]}")
             with stop_on_signals(workers.request_stop):

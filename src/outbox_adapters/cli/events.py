@@ -34,6 +34,7 @@ from outbox_adapters.cli.options import (
     setting_error,
     stop_on_signals,
 )
+from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
 from outbox_adapters.lanes.relay import RelayHandler, relay_disabled_warning, relay_lane
 from outbox_adapters.postgres import PostgresLeaderLease, PostgresStore, schema
 from outbox_adapters.postgres.events import outbox_event, publish
@@ -163,6 +164,7 @@ def publish_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     metavar="SECONDS",
     help="Sleep after a claim that found less than a batch.",
 )
+@listen_option
 def relay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     database_url: str,
     broker: str | None,
@@ -171,6 +173,7 @@ def relay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     drain: bool,  # noqa: FBT001
     leader: bool,  # noqa: FBT001
     poll_interval: float,
+    listen: bool,  # noqa: FBT001
 ) -> None:
     """Publish the event outbox to the broker, in key order, until SIGTERM (or --drain)."""
     if broker is None:
@@ -183,7 +186,9 @@ def relay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         raise SettingError(f"relay: {exc}") from None
     click.echo(f"relay timing: {config.timing.describe()}")
     _verified(database_url)
-    stats = run(_relay(database_url, broker, specs, config, drain=drain, leader=leader))
+    stats = run(
+        _relay(database_url, broker, specs, config, drain=drain, leader=leader, listen=listen)
+    )
     figures = attrs.asdict(stats)
     click.echo("relay stopped: " + ", ".join(f"{k} {v}" for k, v in figures.items() if v))
 
@@ -196,6 +201,7 @@ async def _relay(  # noqa: PLR0913 - the validated settings
     *,
     drain: bool,
     leader: bool,
+    listen: bool,
 ) -> Any:  # noqa: ANN401 - WorkerStats
     try:
         broker = await connect_broker(broker_url, streams=specs)
@@ -203,13 +209,19 @@ async def _relay(  # noqa: PLR0913 - the validated settings
         raise setting_error("--broker", "OUTBOX_BROKER", str(exc)) from None
     holder = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        async with connection_pool(database_url, max_size=4) as pool:
+        async with (
+            connection_pool(database_url, max_size=4) as pool,
+            lane_wakeups(
+                database_url, [config.lane], listen=listen, poll_interval=config.poll_interval
+            ) as (wakeup,),
+        ):
             worker = Worker(
                 PostgresStore(pool, table=outbox_event),
                 RelayHandler(broker.publisher()),
                 config,
                 leader=PostgresLeaderLease(pool) if leader else None,
                 holder=holder,
+                wakeup=wakeup,
             )
             click.echo(
                 f"relay: {', '.join(s.subjects[0] for s in specs)} to {broker_url.rsplit('@', maxsplit=1)[-1]},"

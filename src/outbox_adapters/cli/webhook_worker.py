@@ -3,10 +3,9 @@ retry worker of this process, until SIGTERM/SIGINT (or, with ``--drain``, until 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import attrs
 import click
@@ -21,12 +20,12 @@ from outbox_adapters.cli.options import (
     setting_error,
     stop_on_signals,
 )
+from outbox_adapters.cli.wakeup import lane_wakeups
 from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
 from outbox_adapters.lanes.webhook_workers import WebhookStats, WebhookWorkers
 from outbox_adapters.lanes.webhooks import WEBHOOK_LANE, delivery_lane, drain_lane
-from outbox_adapters.postgres import WAKEUP_CHANNEL, WakeupListener, schema
+from outbox_adapters.postgres import schema
 from outbox_adapters.runtime import LaneConfig
-from outbox_adapters.wakeup import Wakeup
 from outbox_core.errors import ConfigurationError
 
 __all__ = ["run_webhook_workers"]
@@ -81,23 +80,6 @@ def run_webhook_workers(  # noqa: PLR0913 - the worker command's options for thi
     click.echo(f"endpoints disabled: {stats.endpoints_disabled}")
 
 
-@contextlib.asynccontextmanager
-async def _wakeup(database_url: str, *, listen: bool) -> AsyncIterator[Wakeup | None]:
-    if not listen:
-        yield None
-        return
-    listener = WakeupListener(database_url)
-    try:
-        await listener.start()
-    except TimeoutError:
-        raise Failure("cannot use the database (--database-url): LISTEN timed out") from None
-    try:
-        click.echo(f"wake-up: LISTEN {WAKEUP_CHANNEL} (polling stays the fallback)")
-        yield listener.wakeup(WEBHOOK_LANE)
-    finally:
-        await listener.aclose()
-
-
 async def _work(  # noqa: PLR0913 - the validated settings
     database_url: str,
     guard: DestinationGuard,
@@ -112,7 +94,12 @@ async def _work(  # noqa: PLR0913 - the validated settings
     # Claims and marks of two lanes, the leader lease, and up to 32 first attempts' marks.
     async with (
         connection_pool(database_url, max_size=12) as pool,
-        _wakeup(database_url, listen=listen) as wakeup,
+        lane_wakeups(
+            database_url,
+            [WEBHOOK_LANE],
+            listen=listen,
+            poll_interval=drain_config.poll_interval,
+        ) as (wakeup,),
         HttpxWebhookSender(guard) as sender,
     ):
         workers = WebhookWorkers(

@@ -7,10 +7,8 @@ its sessions, the sealed-field keys, and how it wakes (LISTEN, or polling alone)
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import attrs
@@ -31,6 +29,7 @@ from outbox_adapters.cli.options import (
     run,
     stop_on_signals,
 )
+from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
 from outbox_adapters.cli.worker_settings import (
     email_lane_config,
     email_timing,
@@ -41,14 +40,11 @@ from outbox_adapters.clock import SystemClock
 from outbox_adapters.lanes.email import EMAIL_LANE, EmailHandler
 from outbox_adapters.lanes.webhooks import WEBHOOK_LANE
 from outbox_adapters.postgres import (
-    WAKEUP_CHANNEL,
     PostgresLeaderLease,
     PostgresStore,
-    WakeupListener,
     schema,
 )
 from outbox_adapters.runtime import LaneConfig, Worker, WorkerStats
-from outbox_adapters.wakeup import Wakeup
 from outbox_core.ports import Encryptor
 from outbox_core.timing import EmailStepBudgets, EmailTiming
 
@@ -122,14 +118,7 @@ class WorkerOptions:
     metavar="SECONDS",
     help="Sleep after a claim that found less than a batch.",
 )
-@option(
-    "--listen/--no-listen",
-    env="OUTBOX_LISTEN",
-    default=True,
-    show_default=True,
-    help=f"Wake within milliseconds of a commit (LISTEN {WAKEUP_CHANNEL}, one more connection);"
-    " polling stays the fallback.",
-)
+@listen_option
 @option(
     "--budget",
     "budgets",
@@ -234,27 +223,6 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     click.echo("worker stopped: " + ", ".join(f"{k} {v}" for k, v in attrs.asdict(stats).items()))
 
 
-@contextlib.asynccontextmanager
-async def _wakeup(options: WorkerOptions) -> AsyncIterator[Wakeup | None]:
-    """The lane's LISTEN wake-up (B3), or ``None``: poll only. Prints which one."""
-    every = f"polling every {options.config.poll_interval:g}s"
-    if not options.listen:
-        click.echo(f"wake-up: {every}")
-        yield None
-        return
-    listener = WakeupListener(options.database_url)
-    try:
-        await listener.start()
-    except TimeoutError:  # psycopg's own failures reach database_errors() as they are
-        raise Failure("cannot use the database (--database-url): LISTEN timed out") from None
-    try:
-        click.echo(f"wake-up: LISTEN {WAKEUP_CHANNEL} ({every} stays the fallback)")
-        # The listener holds its subscribers weakly: the worker keeps this one alive.
-        yield listener.wakeup(options.config.lane)
-    finally:
-        await listener.aclose()
-
-
 async def _work(options: WorkerOptions, smtp: SmtpSettings) -> WorkerStats:
     from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415 - the smtp extra, checked above
 
@@ -264,7 +232,12 @@ async def _work(options: WorkerOptions, smtp: SmtpSettings) -> WorkerStats:
     pool_size = 3 + config.rows_in_flight
     async with (
         connection_pool(options.database_url, max_size=pool_size) as pool,
-        _wakeup(options) as wakeup,
+        lane_wakeups(
+            options.database_url,
+            [config.lane],
+            listen=options.listen,
+            poll_interval=config.poll_interval,
+        ) as (wakeup,),
         SmtpMailer(smtp, steps=options.steps) as mailer,
     ):
         clock = SystemClock()
