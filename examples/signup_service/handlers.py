@@ -2,7 +2,7 @@
 
 ``POST /v1/signup`` takes JSON (``201`` with the ids) or the page's form (``303`` to the tenant
 dashboard). Its answers: ``400`` naming the field, ``409`` for a taken company name, ``413`` for a
-body over 16 KiB, ``429`` with ``Retry-After`` past the rate limit, ``503`` when the database is
+body over 16 KiB (read no further), ``415`` for a body neither JSON nor a form, ``429`` with ``Retry-After`` past the rate limit, ``503`` when the database is
 down. Neither the broker nor SMTP is on its path.
 """
 
@@ -12,6 +12,7 @@ import hmac
 import json
 import logging
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import parse_qsl
 
 import psycopg
 from starlette.requests import Request
@@ -30,8 +31,12 @@ _log = logging.getLogger("examples.signup_service")
 _MAX_BODY: Final = 16 * 1024
 
 
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
 def _wants_json(request: Request) -> bool:
-    return request.headers.get("content-type", "").split(";")[0].strip() == "application/json"
+    return _content_type(request) == "application/json"
 
 
 class Handlers:
@@ -53,19 +58,28 @@ class Handlers:
             pages.signup_page(error=error, values=values), status_code=status, headers=headers
         )
 
-    async def _body(self, request: Request) -> dict[str, object] | str:
-        """The submitted fields, or why they can't be read."""
-        raw = await request.body()
-        if len(raw) > _MAX_BODY:
-            return "the request body is over 16 KiB"
+    async def _body(self, request: Request) -> dict[str, object] | tuple[int, str]:
+        """The submitted fields, or the status and the reason they can't be read. The body is read
+        up to 16 KiB and no further: a client can't make the service hold more."""
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > _MAX_BODY:
+                return 413, "the request body is over 16 KiB"
+            chunks.append(chunk)
+        raw = b"".join(chunks)
         if _wants_json(request):
             try:
                 data = json.loads(raw)
             except (ValueError, UnicodeDecodeError):
-                return "the body is not JSON"
-            return data if isinstance(data, dict) else "the body must be a JSON object"
-        form = await request.form()
-        return {key: value for key, value in form.items() if isinstance(value, str)}
+                return 400, "the body is not JSON"
+            return data if isinstance(data, dict) else (400, "the body must be a JSON object")
+        if _content_type(request) != "application/x-www-form-urlencoded":
+            return 415, "send the form (application/x-www-form-urlencoded) or JSON"
+        try:
+            return dict(parse_qsl(raw.decode(), keep_blank_values=True))
+        except (UnicodeDecodeError, ValueError):
+            return 400, "the form is not UTF-8 text"
 
     async def signup(self, request: Request) -> Response:  # noqa: PLR0911 - one per refusal
         service = self.service
@@ -79,8 +93,8 @@ class Handlers:
                 retry_after=verdict.retry_after,
             )
         body = await self._body(request)
-        if isinstance(body, str):
-            return self._refuse(request, 413 if "16 KiB" in body else 400, body)
+        if isinstance(body, tuple):
+            return self._refuse(request, *body)
         values = {k: v for k, v in body.items() if isinstance(v, str)}
         try:
             form = SignupForm.parse(body)

@@ -57,7 +57,8 @@ def own_nats() -> Iterator[NatsServer]:
 
 @pytest.fixture
 async def running(service_dsn: str, nats_url: str, sink: SmtpSink) -> AsyncIterator[Running]:
-    settings = service_settings(service_dsn, nats_url, sink, free_port())
+    # The rate limit has tests of its own; here it must not refuse a test's tenth request.
+    settings = service_settings(service_dsn, nats_url, sink, free_port(), rate_limit=100)
     async with running_service(settings, sink) as service:
         yield service
 
@@ -156,6 +157,15 @@ async def test_malformed_bodies_and_a_taken_name(running: Running) -> None:
         assert listed.status_code == 400
         huge = await client.post("/v1/signup", json={**signup_body(3), "pad": "x" * 20_000})
         assert huge.status_code == 413
+        text = await client.post(
+            "/v1/signup", content=b"company=x", headers={"content-type": "text/plain"}
+        )
+        assert text.status_code == 415
+        # The page's form (urlencoded): a refusal re-renders the page with the message.
+        page = await client.post("/v1/signup", data={**signup_body(3), "admin_email": "nope"})
+        assert page.status_code == 400
+        assert "E-mail address is not valid" in page.text
+        assert 'value="Acme 3"' in page.text
         assert (await client.post("/v1/signup", json=signup_body(3))).status_code == 201
         again = await client.post(
             "/v1/signup", json={**signup_body(3), "admin_email": "b@b.example"}
