@@ -169,8 +169,13 @@ async def kafka_broker(kafka_url: str) -> AsyncIterator[KafkaBroker]:
     await broker.aclose()
 
 
-async def read_raw(bootstrap: str, topic: str, count: int) -> list[object]:
-    reader = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+async def read_raw(broker: KafkaBroker, topic: str, count: int) -> list[object]:
+    reader = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=broker.bootstrap,
+        auto_offset_reset="earliest",
+        **broker.security,  # a kafkas:// OUTBOX_TEST_KAFKA
+    )
     await reader.start()
     try:
         got: list[object] = []
@@ -188,7 +193,7 @@ async def test_kafka_records_are_keyed_by_the_partition_key_with_the_ce_id_heade
     sent = [message(topic, "tenant-7", 0), message(topic, "tenant-7", 1)]
     for m in sent:
         assert (await kafka_broker.publisher().publish(m, budget=BUDGET)).kind is OutcomeKind.SENT
-    records = await read_raw(kafka_broker.bootstrap, topic, 2)
+    records = await read_raw(kafka_broker, topic, 2)
     assert [r.key for r in records] == [b"tenant-7", b"tenant-7"]  # type: ignore[attr-defined]
     assert len({r.partition for r in records}) == 1  # type: ignore[attr-defined]
     assert [dict(r.headers)["ce-id"] for r in records] == [  # type: ignore[attr-defined]

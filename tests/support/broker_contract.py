@@ -142,9 +142,9 @@ class BrokerHarness:
         return made
 
 
-async def _touch_kafka_topics(bootstrap: str, topics: tuple[str, ...]) -> None:
+async def _touch_kafka_topics(broker: KafkaBroker, topics: tuple[str, ...]) -> None:
     """The mock cluster creates a topic when a client asks for its metadata."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, **broker.security)
     await producer.start()
     try:
         for topic in topics:
@@ -174,7 +174,7 @@ async def open_harness(request: pytest.FixtureRequest) -> AsyncIterator[BrokerHa
         if request.getfixturevalue("kafka_is_mock"):
             with pytest.raises(ConfigurationError, match="does not offer CreateTopics"):
                 await harness.broker.declare(harness.spec)
-            await _touch_kafka_topics(harness.broker.bootstrap, (topic, f"{topic}.dlq"))
+            await _touch_kafka_topics(harness.broker, (topic, f"{topic}.dlq"))
         else:
             await harness.broker.declare(harness.spec)
     try:

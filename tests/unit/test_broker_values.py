@@ -3,6 +3,7 @@ the one mapping of broker client exceptions (outbox_core.brokers, outbox_adapter
 
 from __future__ import annotations
 
+import ssl
 from datetime import UTC, datetime, timedelta
 
 import aiokafka.errors as kafka_errors
@@ -13,6 +14,7 @@ import pytest
 from outbox_adapters.brokers import (
     Broker,
     BrokerUnavailable,
+    BrokerUrl,
     KafkaBroker,
     NatsBroker,
     broker_from_url,
@@ -134,9 +136,12 @@ def test_every_broker_fits_the_broker_protocol():
 
 
 async def test_a_broker_url_names_the_broker_and_its_addresses():
-    assert parse_broker_url("nats://127.0.0.1:4222") == ("nats", ["127.0.0.1:4222"])
-    assert parse_broker_url("kafka://k1:9092,k2:9093") == ("kafka", ["k1:9092", "k2:9093"])
-    assert parse_broker_url("nats://u:p@h:1") == ("nats", ["u:p@h:1"])
+    assert parse_broker_url("nats://127.0.0.1:4222") == BrokerUrl("nats", ("127.0.0.1:4222",))
+    assert parse_broker_url("kafka://k1:9092,k2:9093") == BrokerUrl("kafka", ("k1:9092", "k2:9093"))
+    with_auth = parse_broker_url("nats://u:p%40ss@h:1")
+    assert (with_auth.username, with_auth.password) == ("u", "p@ss")
+    assert with_auth.nats_servers() == ["nats://h:1"]
+    assert "p@ss" not in repr(with_auth)
     nats_broker = await connect_broker("nats://a:1,b:2", ack_wait=timedelta(seconds=5))
     assert isinstance(nats_broker, NatsBroker)
     assert nats_broker.servers == ["nats://a:1", "nats://b:2"]
@@ -149,14 +154,21 @@ async def test_a_broker_url_names_the_broker_and_its_addresses():
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("amqp://h:5672", "must start with nats:// or kafka://"),
+        ("amqp://h:5672", "must be one of nats://HOST:PORT, tls://HOST:PORT"),
         ("nats://h", "is not HOST:PORT"),
         ("nats://h:0", "is not HOST:PORT"),
         ("kafka://h:99999", "is not HOST:PORT"),
         ("kafka://h:1,", "is not HOST:PORT"),
         ("nats://h:1/path", "SCHEME://HOST:PORT"),
-        ("nats://h:1?x=1", "SCHEME://HOST:PORT"),
-        ("kafka://u:secret@h:1", "credentials"),
+        ("nats://h:1?x=1", "unknown or repeated option 'x'"),
+        ("tls://h:1?ca=/no/such/file", "is not a file"),
+        ("nats://h:1?ca=/etc/hostname", "ca= needs TLS"),
+        ("kafka://u:secret@h:1", "Kafka credentials need TLS"),
+        ("kafkas://u:secret@h:1", "SASL needs both"),
+        ("kafkas://h:1?sasl=PLAIN", "SASL needs both"),
+        ("kafkas://u:secret@h:1?sasl=GSSAPI", "is not one of PLAIN"),
+        ("kafkas://h:1?sasl=PLAIN&sasl=PLAIN", "unknown or repeated option 'sasl'"),
+        ("kafkas://h:1?sasl", "NAME=VALUE"),
         ("http://[bad", "is not a URL"),
     ],
 )
@@ -242,3 +254,33 @@ def test_a_kafka_offset_is_committed_only_over_an_unbroken_run_of_acks():
     assert len(offsets) == 1
     assert offsets.ack(14)
     assert (offsets.committable, len(offsets)) == (15, 0)
+
+
+def test_tls_urls_give_verified_contexts_and_kafkas_the_aiokafka_security_keywords():
+    """What each TLS URL hands the client libraries (the NATS TLS path is proven against a real
+    nats-server in tests/integration/test_broker_tls.py; Kafka's against a broker only when
+    OUTBOX_TEST_KAFKA names one, since librdkafka's mock cluster speaks no TLS)."""
+    nats_tls = BrokerUrl.parse("tls://u:p@n1:4222,n2:4222")
+    assert nats_tls.nats_servers() == ["tls://n1:4222", "tls://n2:4222"]
+    context = nats_tls.ssl_context()
+    assert context is not None
+    assert context.verify_mode is ssl.CERT_REQUIRED
+    assert context.check_hostname
+    assert BrokerUrl.parse("nats://n:1").ssl_context() is None
+    assert BrokerUrl.parse("kafka://k:9092").kafka_security() == {}
+    plain_tls = BrokerUrl.parse("kafkas://k:9093").kafka_security()
+    assert plain_tls["security_protocol"] == "SSL"
+    assert isinstance(plain_tls["ssl_context"], ssl.SSLContext)
+    sasl = BrokerUrl.parse("kafkas://svc:s%3Acret@k:9093?sasl=SCRAM-SHA-512").kafka_security()
+    assert {k: v for k, v in sasl.items() if k != "ssl_context"} == {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "svc",
+        "sasl_plain_password": "s:cret",
+    }
+    kafka = broker_from_url("kafkas://svc:pw@k:9093?sasl=PLAIN")
+    assert isinstance(kafka, KafkaBroker)
+    assert kafka.security["security_protocol"] == "SASL_SSL"
+    nats_broker = broker_from_url("tls://n:4222")
+    assert isinstance(nats_broker, NatsBroker)
+    assert nats_broker.tls is not None

@@ -20,7 +20,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -61,8 +61,10 @@ class NatsServer:
     """A ``nats-server -js`` of our own on a free loopback port; stoppable and restartable (the
     store directory survives a restart, as a real server's disk does)."""
 
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, *, options: Sequence[str] = ()) -> None:
         self.binary = binary
+        #: More command-line options (``--tls``, ``--user``, ...), after the defaults.
+        self.options = list(options)
         self.port = free_port()
         self._dir = tempfile.TemporaryDirectory(prefix="outbox-nats-")
         self.process: subprocess.Popen[bytes] | None = None
@@ -86,6 +88,7 @@ class NatsServer:
                 str(self.port),
                 "-sd",
                 self._dir.name,
+                *self.options,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

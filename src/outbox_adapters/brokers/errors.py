@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiokafka.errors as kafka_errors
 import nats.errors
@@ -105,12 +105,13 @@ def publish_outcome(  # noqa: PLR0911
 
 
 @contextlib.asynccontextmanager
-async def operation(what: str) -> AsyncIterator[None]:
+async def operation(what: str, why: Callable[[], str] = lambda: "") -> AsyncIterator[None]:
     """Translate a broker client's exception inside an operator or consumer operation into
-    :class:`BrokerUnavailable` naming ``what`` (``"declaring stream platform-events"``)."""
+    :class:`BrokerUnavailable` naming ``what`` (``"declaring stream platform-events"``) and what
+    ``why()`` adds (the cause the client reported on the side, e.g. a TLS refusal)."""
     try:
         yield
     except BrokerUnavailable:
         raise
     except _BROKER_ERRORS as exc:
-        raise BrokerUnavailable(f"{what} failed: {describe(exc)}") from exc
+        raise BrokerUnavailable(f"{what} failed: {describe(exc)}{why()}") from exc

@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -73,8 +73,11 @@ class KafkaBroker:
         streams: Sequence[StreamSpec] = (),
         client_id: str = "leased-outbox",
         request_timeout: timedelta = timedelta(seconds=10),
+        security: Mapping[str, object] | None = None,
     ) -> None:
         self.bootstrap = ",".join(bootstrap)
+        #: aiokafka's TLS/SASL keywords (``BrokerUrl.kafka_security``), given to every client.
+        self.security = dict(security or {})
         self.client_id = client_id
         self.request_timeout_ms = int(request_timeout.total_seconds() * 1000)
         self._pending = list(streams)
@@ -94,6 +97,7 @@ class KafkaBroker:
                 producer = AIOKafkaProducer(
                     bootstrap_servers=self.bootstrap,
                     client_id=self.client_id,
+                    **self.security,
                     acks="all",
                     enable_idempotence=True,
                     request_timeout_ms=self.request_timeout_ms,
@@ -118,6 +122,7 @@ class KafkaBroker:
         admin = AIOKafkaAdminClient(
             bootstrap_servers=self.bootstrap,
             client_id=self.client_id,
+            **self.security,
             request_timeout_ms=self.request_timeout_ms,
         )
         topics = (*spec.subjects, *spec.dlq_subjects)
@@ -174,6 +179,7 @@ class KafkaBroker:
         reader = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             client_id=self.client_id,
+            **self.security,
             group_id=None,
             enable_auto_commit=False,
             request_timeout_ms=self.request_timeout_ms,

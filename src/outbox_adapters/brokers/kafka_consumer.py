@@ -181,6 +181,7 @@ class KafkaConsumer:
         client = AIOKafkaConsumer(
             bootstrap_servers=self.broker.bootstrap,
             client_id=self.broker.client_id,
+            **self.broker.security,
             group_id=self.group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
+import attrs
 import nats
 import nats.errors
 import nats.js
@@ -58,6 +60,8 @@ __all__ = ["NatsBroker", "NatsConsumer", "NatsMessage", "NatsPublisher"]
 MSG_ID = "Nats-Msg-Id"
 _DLQ_PREFIX = "outbox-dlq-"
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+#: How many distinct connection errors an outcome quotes.
+_KEPT_ERRORS: Final = 3
 _RECONNECTS = 3
 
 
@@ -69,7 +73,7 @@ def _public_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
 class NatsBroker:
     """A JetStream connection: publishers, durable consumer groups, declaration, the DLQ."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only connection settings
         self,
         servers: Sequence[str],
         *,
@@ -77,8 +81,18 @@ class NatsBroker:
         ack_wait: timedelta = timedelta(minutes=2),
         connect_timeout: float = 2.0,
         request_timeout: float = 5.0,
+        tls: ssl.SSLContext | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         self.servers = list(servers)
+        #: The TLS context for ``tls://`` servers (None: plaintext ``nats://``).
+        self.tls = tls
+        self._credentials = {"user": user, "password": password} if user is not None else {}
+        #: What the current connection attempts were refused with, each once, in order (a TLS or
+        #: authorization refusal reaches nats-py's error callback, not the exception its connect
+        #: finally raises).
+        self.connection_errors: list[str] = []
         self.ack_wait = ack_wait
         self._pending = list(streams)
         self._connect_timeout = connect_timeout
@@ -90,10 +104,13 @@ class NatsBroker:
         """The JetStream context, connecting (and declaring ``streams``) on first use."""
         async with self._lock:
             if self._client is None or self._client.is_closed:
-                async with operation(f"connecting to NATS at {', '.join(self._where())}"):
+                self.connection_errors = []
+                async with operation(f"connecting to NATS at {', '.join(self._where())}", self.why):
                     self._client = await nats.connect(
                         servers=self.servers,
                         connect_timeout=self._connect_timeout,
+                        tls=self.tls,
+                        **self._credentials,
                         # A few tries, then the client closes: the next use connects anew
                         # (a publish meanwhile is transient, a consumer waits and re-binds).
                         allow_reconnect=True,
@@ -116,7 +133,15 @@ class NatsBroker:
     def _where(self) -> list[str]:
         return [re.sub(r"//[^@/]*@", "//", s) for s in self.servers]  # never a password
 
+    def why(self) -> str:
+        """``"; connection errors: ..."`` when connection attempts failed, else ``""``."""
+        errors = self.connection_errors
+        return f"; connection errors: {'; '.join(errors)}" if errors else ""
+
     async def _on_error(self, exc: Exception) -> None:
+        said = describe(exc)
+        if said not in self.connection_errors and len(self.connection_errors) < _KEPT_ERRORS:
+            self.connection_errors.append(said)
         log.warning("NATS connection error: %s", describe(exc))
 
     async def _on_disconnect(self) -> None:
@@ -257,6 +282,8 @@ class NatsPublisher:
             outcome = publish_outcome(exc, message.subject, sending=connected)
             if outcome is None:
                 raise
+            if not connected and self.broker.why():
+                return attrs.evolve(outcome, reason=f"{outcome.reason}{self.broker.why()}")
             return outcome
         del ack  # stored (ack.seq), or a duplicate of a stored one (ack.duplicate): sent either way
         return Outcome.sent()

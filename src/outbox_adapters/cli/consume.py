@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import click
 
-from outbox_adapters.brokers import connect_broker
+from outbox_adapters.brokers import BrokerUrl, connect_broker
 from outbox_adapters.cli.events import DEFAULT_TOPIC, broker_option, stream_specs
 from outbox_adapters.cli.options import (
     Failure,
@@ -54,7 +54,7 @@ def drain_timing(broker_url: str) -> ChannelTiming:
     """With --drain a consumer stops once everything it got is settled and nothing arrived for a
     while: 1 s on NATS; 8 s on Kafka, whose consumer group needs a few seconds to join and get
     its partitions before the first message can arrive."""
-    idle = 8.0 if broker_url.startswith("kafka://") else 1.0
+    idle = 8.0 if BrokerUrl.parse(broker_url).broker == "kafka" else 1.0
     return ChannelTiming(drain_idle=timedelta(seconds=idle))
 
 

@@ -56,7 +56,9 @@ def broker_option(*, required: bool) -> Callable[[F], F]:
         env="OUTBOX_BROKER",
         required=required,
         metavar="URL",
-        help="nats://HOST:PORT or kafka://HOST:PORT[,HOST:PORT...]",
+        help="nats://HOST:PORT or kafka://HOST:PORT[,HOST:PORT...]; over TLS tls://... (NATS)"
+        " or kafkas://... (Kafka), with USER:PASSWORD@ and, for Kafka, ?sasl=MECH;"
+        " ?ca=PATH trusts a private CA",
     )
 
 
