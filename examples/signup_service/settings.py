@@ -38,7 +38,8 @@ class ServiceSettings:
     links; ``operator_password`` lets a platform operator into the platform dashboard."""
 
     dsn: str
-    nats_url: str
+    #: The broker (``nats://``, ``tls://``, ``kafka://``, ``kafkas://``: outbox_adapters.brokers).
+    broker_url: str
     smtp: SmtpSettings
     public_url: str
     platform_owner: str

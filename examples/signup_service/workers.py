@@ -23,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from examples.signup_service.recipes import ConfirmLinks, signup_recipes
 from examples.signup_service.settings import ServiceSettings
-from outbox_adapters.brokers import NatsBroker
+from outbox_adapters.brokers import broker_from_url
 from outbox_adapters.lanes.channel_workers import EmailChannelWorkers, inapp_consumer
 from outbox_adapters.lanes.email_channel import (
     EMAIL_CHANNEL_GROUP,
@@ -54,7 +54,7 @@ class ServiceWorkers:
         spec = StreamSpec(
             name=settings.stream, subjects=(settings.topic,), max_age=settings.stream_max_age
         )
-        self.broker = NatsBroker([settings.nats_url], streams=[spec])
+        self.broker = broker_from_url(settings.broker_url, streams=[spec])
         self.listener = WakeupListener(settings.dsn)
         self.mailer = SmtpMailer(settings.smtp)
         holder = f"{socket.gethostname()}:{os.getpid()}"

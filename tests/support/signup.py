@@ -64,7 +64,7 @@ def service_settings(
     )
     settings = ServiceSettings(
         dsn=dsn,
-        nats_url=nats_url,
+        broker_url=nats_url,
         smtp=smtp,
         public_url=f"http://127.0.0.1:{port}",
         platform_owner="owner@platform.example",
