@@ -10,7 +10,8 @@ One module per command family, each a plain click command or group that this mod
 :func:`main`: :mod:`.schema`, :mod:`.enqueue`, :mod:`.worker`, :mod:`.operator` (get, failed,
 requeue, stats), :mod:`.keys`, :mod:`.demo` (the command only; the demo lives in
 :mod:`outbox_adapters.demo`), :mod:`.endpoints` (webhook endpoints), :mod:`.webhooks`
-(``enqueue webhook``, ``deliveries``, ``replay``) and :mod:`.feed` (``feed prune``). What they
+(``enqueue webhook``, ``deliveries``, ``replay``), :mod:`.feed` (``feed prune``) and :mod:`.prune`
+(``prune``: retention for every table). What they
 share (options, errors and exit codes, the database helpers) is in :mod:`.options`.
 """
 
@@ -34,6 +35,7 @@ from outbox_adapters.cli.operator import (
     stats_command,
 )
 from outbox_adapters.cli.options import option
+from outbox_adapters.cli.prune import prune_command
 from outbox_adapters.cli.schema import schema_group
 from outbox_adapters.cli.webhooks import deliveries_command, enqueue_webhook_command, replay_command
 from outbox_adapters.cli.worker import worker_command
@@ -72,6 +74,7 @@ for _command in (
     failed_command,
     requeue_command,
     stats_command,
+    prune_command,
     keys_group,
     demo_command,
     endpoints_group,
