@@ -46,6 +46,7 @@ __all__ = [
     "Consumer",
     "Encryptor",
     "EnqueueResult",
+    "Heartbeat",
     "LeaderLease",
     "LeaderTerm",
     "Mailer",
@@ -318,6 +319,16 @@ class Consumer(Protocol):
     """Yields broker deliveries (at least once)."""
 
     def messages(self) -> AsyncIterator[ReceivedMessage]: ...
+
+
+class Heartbeat(Protocol):
+    """Where a worker says it is alive (``outbox healthcheck`` reads it; :mod:`outbox_core.health`)."""
+
+    async def beat(
+        self, lane: str, holder: str, *, stale_after: timedelta, leading: bool | None
+    ) -> None:
+        """Record that ``holder`` works ``lane`` now, and how old that may get before it is stale."""
+        ...
 
 
 class LeaderLease(Protocol):

@@ -11,7 +11,7 @@ One module per command family, each a plain click command or group that this mod
 requeue, stats), :mod:`.keys`, :mod:`.demo` (the command only; the demo lives in
 :mod:`outbox_adapters.demo`), :mod:`.endpoints` (webhook endpoints), :mod:`.webhooks`
 (``enqueue webhook``, ``deliveries``, ``replay``), :mod:`.feed` (``feed prune``) and :mod:`.prune`
-(``prune``: retention for every table). What they
+(``prune``: retention for every table) and :mod:`.health` (``healthcheck``). What they
 share (options, errors and exit codes, the database helpers) is in :mod:`.options`.
 """
 
@@ -27,6 +27,7 @@ from outbox_adapters.cli.endpoints import endpoints_group
 from outbox_adapters.cli.enqueue import enqueue_group
 from outbox_adapters.cli.events import dlq_group, publish_command, relay_command
 from outbox_adapters.cli.feed import feed_group
+from outbox_adapters.cli.health import healthcheck_command
 from outbox_adapters.cli.keys import keys_group
 from outbox_adapters.cli.operator import (
     failed_command,
@@ -75,6 +76,7 @@ for _command in (
     requeue_command,
     stats_command,
     prune_command,
+    healthcheck_command,
     keys_group,
     demo_command,
     endpoints_group,

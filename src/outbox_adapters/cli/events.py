@@ -36,7 +36,7 @@ from outbox_adapters.cli.options import (
 )
 from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
 from outbox_adapters.lanes.relay import RelayHandler, relay_disabled_warning, relay_lane
-from outbox_adapters.postgres import PostgresLeaderLease, PostgresStore, schema
+from outbox_adapters.postgres import PostgresHeartbeat, PostgresLeaderLease, PostgresStore, schema
 from outbox_adapters.postgres.events import outbox_event, publish
 from outbox_adapters.runtime import Worker
 from outbox_core.brokers import StreamSpec
@@ -224,6 +224,7 @@ async def _relay(  # noqa: PLR0913 - the validated settings
                 leader=PostgresLeaderLease(pool) if leader else None,
                 holder=holder,
                 wakeup=wakeup,
+                heartbeat=PostgresHeartbeat(pool),
             )
             click.echo(
                 f"relay: {', '.join(s.subjects[0] for s in specs)} to {broker_url.rsplit('@', maxsplit=1)[-1]},"

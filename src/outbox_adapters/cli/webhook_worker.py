@@ -24,7 +24,7 @@ from outbox_adapters.cli.wakeup import lane_wakeups
 from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
 from outbox_adapters.lanes.webhook_workers import WebhookStats, WebhookWorkers
 from outbox_adapters.lanes.webhooks import WEBHOOK_LANE, delivery_lane, drain_lane
-from outbox_adapters.postgres import schema
+from outbox_adapters.postgres import PostgresHeartbeat, schema
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.errors import ConfigurationError
 
@@ -105,6 +105,7 @@ async def _work(  # noqa: PLR0913 - the validated settings
         workers = WebhookWorkers(
             pool,
             sender,
+            heartbeat=PostgresHeartbeat(pool),
             drain_config=drain_config,
             delivery_config=delivery_config,
             leader=leader,

@@ -40,6 +40,7 @@ from outbox_adapters.clock import SystemClock
 from outbox_adapters.lanes.email import EMAIL_LANE, EmailHandler
 from outbox_adapters.lanes.webhooks import WEBHOOK_LANE
 from outbox_adapters.postgres import (
+    PostgresHeartbeat,
     PostgresLeaderLease,
     PostgresStore,
     schema,
@@ -259,6 +260,7 @@ async def _work(options: WorkerOptions, smtp: SmtpSettings) -> WorkerStats:
             leader=leader,
             holder=holder,
             wakeup=wakeup,
+            heartbeat=PostgresHeartbeat(pool),
         )
         click.echo(
             f"lane {config.lane}: holder {holder}, leader lease {'on' if leader else 'off'},"

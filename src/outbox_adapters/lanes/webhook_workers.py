@@ -40,7 +40,7 @@ from outbox_adapters.runtime.born import DEFAULT_FIRST_ATTEMPTS, BornRows
 from outbox_adapters.wakeup import Wakeup
 from outbox_core.errors import ConfigurationError, StoreUnavailable
 from outbox_core.messages import NewMessage
-from outbox_core.ports import Clock, WebhookSender
+from outbox_core.ports import Clock, Heartbeat, WebhookSender
 from outbox_core.webhook_timing import WebhookTiming
 
 __all__ = ["HEALTH_WINDOW", "WebhookStats", "WebhookWorkers", "owner_notice"]
@@ -102,6 +102,7 @@ class WebhookWorkers:
         health_interval: timedelta = HEALTH_INTERVAL,
         notice: Callable[[Endpoint], NewMessage | None] = owner_notice,
         wakeup: Wakeup | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         drain_config = drain_config or drain_lane()
         delivery_config = delivery_config or delivery_lane()
@@ -138,9 +139,16 @@ class WebhookWorkers:
             leader=lease,
             holder=holder,
             wakeup=wakeup,
+            heartbeat=heartbeat,
         )
         self.retries = Worker(
-            deliveries, attempt, delivery_config, clock=self.clock, leader=lease, holder=holder
+            deliveries,
+            attempt,
+            delivery_config,
+            clock=self.clock,
+            leader=lease,
+            holder=holder,
+            heartbeat=heartbeat,
         )
 
     def request_stop(self) -> None:

@@ -15,6 +15,7 @@ from outbox_adapters.postgres.enqueue import (
     enqueue_async,
 )
 from outbox_adapters.postgres.errors import as_unavailable
+from outbox_adapters.postgres.health import PostgresHeartbeat
 from outbox_adapters.postgres.leader import PostgresLeaderLease
 from outbox_adapters.postgres.notify import WAKEUP_CHANNEL, WakeupListener
 from outbox_adapters.postgres.store import PostgresStore
@@ -30,6 +31,7 @@ from outbox_adapters.postgres.tables import (
 __all__ = [
     "MAX_PAYLOAD_BYTES",
     "WAKEUP_CHANNEL",
+    "PostgresHeartbeat",
     "PostgresLeaderLease",
     "PostgresStore",
     "TransactionRequired",

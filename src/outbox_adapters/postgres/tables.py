@@ -26,12 +26,14 @@ from typing import Any, Final
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
     Identity,
     Index,
     Integer,
+    Interval,
     MetaData,
     Table,
     Text,
@@ -50,6 +52,7 @@ __all__ = [
     "has_legacy_null_due",
     "key_order_column",
     "metadata",
+    "outbox_heartbeat",
     "outbox_leader",
     "outbox_message",
     "outbox_requeue_audit",
@@ -330,4 +333,24 @@ outbox_leader: Final = Table(
     #: In database time; past it, anyone may take the lane.
     Column("expires_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("term >= 1", name="term"),
+)
+
+#: Workers' heartbeats (``outbox healthcheck``; :mod:`.health`): one row per (lane, holder),
+#: rewritten by the worker's loop at most every 10 s. Rows of workers gone for a day are deleted by
+#: the next beat on their lane.
+outbox_heartbeat: Final = Table(
+    "outbox_heartbeat",
+    metadata,
+    Column("lane", Text, primary_key=True),
+    Column("holder", Text, primary_key=True),
+    #: The host the worker runs on (``socket.gethostname()``) and its process id.
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    #: In database time.
+    Column("beat_at", DateTime(timezone=True), nullable=False),
+    #: How old this beat may get while its worker is alive (the lane's own figure).
+    Column("stale_after", Interval, nullable=False),
+    #: Whether it led the lane when it beat (NULL: the lane is not leader-gated).
+    Column("leads", Boolean, nullable=True),
 )

@@ -30,9 +30,17 @@ from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.runtime.report import BatchReport, WorkerStats
 from outbox_adapters.wakeup import Wakeup
 from outbox_core.errors import StoreUnavailable
+from outbox_core.health import heartbeat_due, stale_after
 from outbox_core.lease import BatchClock
 from outbox_core.messages import ClaimedRow, ClaimToken
-from outbox_core.ports import ClaimRequest, Clock, LeaderLease, OutboxStore, RowHandler
+from outbox_core.ports import (
+    ClaimRequest,
+    Clock,
+    Heartbeat,
+    LeaderLease,
+    OutboxStore,
+    RowHandler,
+)
 
 __all__ = ["Worker"]
 
@@ -54,6 +62,7 @@ class Worker:
         entropy: Callable[[int], bytes] = secrets.token_bytes,
         jitter: Callable[[], float] = random.random,
         wakeup: Wakeup | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         if not isinstance(config, LaneConfig):
             raise TypeError(f"Worker needs a LaneConfig, got {config!r}")
@@ -65,6 +74,11 @@ class Worker:
         self.stats = WorkerStats()
         #: Ends the idle pause early when new work is signalled (None: poll only).
         self.wakeup = wakeup
+        #: Where the loop says it is alive, once a turn at most every HEARTBEAT_INTERVAL (None: not
+        #: at all). How old a beat may get is the lane's own figure (outbox_core.health).
+        self.heartbeat = heartbeat
+        self._stale_after = stale_after(config.timing, config.poll_interval)
+        self._last_beat: float | None = None
         self._entropy = entropy
         self._jitter = jitter
         self._stopping = asyncio.Event()
@@ -99,7 +113,9 @@ class Worker:
         try:
             failures = 0
             while not self.stopping:
-                if not await self.leadership.lead():
+                leading = await self.leadership.lead()
+                await self._beat(leading)
+                if not leading:
                     if drain:  # another replica leads this lane and is draining it
                         _log.warning("lane %s is led by another worker", self.config.lane)
                         break
@@ -131,6 +147,23 @@ class Worker:
             await self.wait_for_marks()
             await self.leadership.step_down()
         return self.stats
+
+    async def _beat(self, leading: bool) -> None:  # noqa: FBT001 - the loop's own flag
+        """Write the heartbeat if one is due (outbox_core.health.heartbeat_due). A heartbeat that
+        fails is logged and skipped: the worker's work never waits on its own health report."""
+        if self.heartbeat is None or not heartbeat_due(self._last_beat, self.clock.monotonic()):
+            return
+        self._last_beat = self.clock.monotonic()
+        try:
+            async with asyncio.timeout(self.config.claim_budget.total_seconds()):
+                await self.heartbeat.beat(
+                    self.config.lane,
+                    self.holder,
+                    stale_after=self._stale_after,
+                    leading=leading if self.leadership.lease is not None else None,
+                )
+        except (StoreUnavailable, TimeoutError) as exc:
+            _log.warning("heartbeat on lane %s failed (%s)", self.config.lane, exc)
 
     async def run_once(self) -> BatchReport:
         """Claim one batch and work it. Returns what happened."""
