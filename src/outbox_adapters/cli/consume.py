@@ -43,7 +43,7 @@ from outbox_adapters.lanes.email_channel import (
     platform_recipes,
 )
 from outbox_adapters.lanes.inapp import INAPP_CHANNEL_GROUP
-from outbox_adapters.postgres import schema
+from outbox_adapters.postgres import PostgresHeartbeat, schema
 from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.mail import validate_address
 
@@ -216,6 +216,7 @@ async def _email(  # noqa: PLR0913 - the validated settings
                 lane_config=config,
                 timing=drain_timing(broker_url),
                 wakeup=wakeup,
+                heartbeat=PostgresHeartbeat(pool),
             )
             click.echo(f"channel email: {topic} at {broker_url.rsplit('@', maxsplit=1)[-1]}")
             with stop_on_signals(workers.request_stop):

@@ -44,7 +44,7 @@ from outbox_adapters.postgres.channels import (
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.runtime import LaneConfig, Worker, WorkerStats
 from outbox_adapters.wakeup import Wakeup
-from outbox_core.ports import Clock, Consumer, Mailer, Publisher
+from outbox_core.ports import Clock, Consumer, Heartbeat, Mailer, Publisher
 
 __all__ = ["ChannelTiming", "EmailChannelStats", "EmailChannelWorkers", "inapp_consumer"]
 
@@ -108,6 +108,7 @@ class EmailChannelWorkers:
         clock: Clock | None = None,
         wakeup: Wakeup | None = None,
         handler: EmailHandler | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         config = lane_config or email_channel_lane()
         self.clock: Clock = clock or SystemClock()
@@ -118,7 +119,9 @@ class EmailChannelWorkers:
         )
         self.consumer = timing.consumer(consumer, channel, dlq=dlq, parks=PostgresParkLedger(pool))
         handler = handler or EmailHandler(mailer, sender=sender, clock=self.clock)
-        self.worker = Worker(self.store, handler, config, clock=self.clock, wakeup=wakeup)
+        self.worker = Worker(
+            self.store, handler, config, clock=self.clock, wakeup=wakeup, heartbeat=heartbeat
+        )
 
     def request_stop(self) -> None:
         """Stop taking events and claiming rows; what is in flight finishes."""
