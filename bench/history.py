@@ -38,7 +38,7 @@ from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_core.scrub import DEFAULT_SECRET_KEYS
 
-__all__ = ["measure", "size_label"]
+__all__ = ["measure", "series", "size_label", "timed_claims", "vacuum"]
 
 CLAIM_BATCH: Final = 10
 LEASE: Final = timedelta(minutes=11)
@@ -93,6 +93,7 @@ def _mark_params(row_id: int, token: str) -> dict[str, Any]:
         "reason": None,
         "retry_delay": None,
         "scrub_keys": sorted(DEFAULT_SECRET_KEYS),
+        "patch": "{}",
         "now": None,
     }
 
@@ -116,7 +117,7 @@ def _plans(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     return {"generic_plans": generic, "custom_plans": custom, "custom_planning_ms": planning}
 
 
-def _timed_claims(dsn: str, claims: int) -> tuple[list[float], dict[str, Any]]:
+def timed_claims(dsn: str, claims: int) -> tuple[list[float], dict[str, Any]]:
     """Insert ``claims x 10`` due rows, then time ``claims`` claims of 10 (ms), marking each."""
     rows.load_pending_only(dsn, claims * CLAIM_BATCH)
     timings: list[float] = []
@@ -166,7 +167,7 @@ def _autovacuum(dsn: str) -> bool:
     return row is not None and row[0] == "on"
 
 
-def _vacuum(dsn: str) -> None:
+def vacuum(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM outbox_message")
 
@@ -179,7 +180,7 @@ def _table_stats(dsn: str) -> dict[str, Any]:
     return dict(zip(names, row, strict=True)) if row is not None else {}
 
 
-def _series(timings: list[float]) -> tuple[float, float]:
+def series(timings: list[float]) -> tuple[float, float]:
     return percentile(timings, 50), percentile(timings, 99)
 
 
@@ -197,10 +198,10 @@ def _growth(server_dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             for run in range(runs):
                 # Each series leaves 2 dead row versions per claimed row at the front of the
                 # pending index; without this, run 3 would walk the dead entries of runs 1 and 2.
-                _vacuum(dsn)
-                timings, plan = _timed_claims(dsn, sizes.history_claims)
+                vacuum(dsn)
+                timings, plan = timed_claims(dsn, sizes.history_claims)
                 plans.append(plan)
-                p50, p99 = _series(timings)
+                p50, p99 = series(timings)
                 p50s.append(p50)
                 p99s.append(p99)
                 firsts.append(timings[0])
@@ -226,12 +227,12 @@ def _churn(server_dsn: str, sizes: Sizes, log: Callable[[str], None]) -> dict[st
         autovacuum = _autovacuum(dsn)
         seconds = _load_churn(dsn, sizes.churn_rows, log)
         stats = _table_stats(dsn)
-        timings, plan = _timed_claims(dsn, sizes.history_claims)
-        p50, p99 = _series(timings)
+        timings, plan = timed_claims(dsn, sizes.history_claims)
+        p50, p99 = series(timings)
         log(f"history after churn: first claim {timings[0]:.2f} ms, p50 {p50:.2f} ms")
-        _vacuum(dsn)
-        vacuumed, vacuumed_plan = _timed_claims(dsn, sizes.history_claims)
-        v50, v99 = _series(vacuumed)
+        vacuum(dsn)
+        vacuumed, vacuumed_plan = timed_claims(dsn, sizes.history_claims)
+        v50, v99 = series(vacuumed)
     return {
         "rows": sizes.churn_rows,
         "claim_p50_ms": Figure.of([p50], "ms"),

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bench import retention
 from bench.stats import Figure
 
 __all__ = ["markdown", "plain", "write"]
@@ -403,6 +404,7 @@ _SECTIONS = {
     "webhooks": _webhooks,
     "relay": _relay,
     "history": _history,
+    "retention": lambda r: retention.section(r, _cell),
     "enqueue": _enqueue,
     "latency": _latency,
     "memory": _memory,
