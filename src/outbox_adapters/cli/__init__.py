@@ -11,7 +11,7 @@ One module per command family, each a plain click command or group that this mod
 requeue, stats), :mod:`.keys`, :mod:`.demo` (the command only; the demo lives in
 :mod:`outbox_adapters.demo`), :mod:`.endpoints` (webhook endpoints), :mod:`.webhooks`
 (``enqueue webhook``, ``deliveries``, ``replay``), :mod:`.feed` (``feed prune``) and :mod:`.prune`
-(``prune``: retention for every table) and :mod:`.health` (``healthcheck``). What they
+(``prune``: retention for every table) , :mod:`.health` (``healthcheck``) and :mod:`.top` (``top``). What they
 share (options, errors and exit codes, the database helpers) is in :mod:`.options`.
 """
 
@@ -38,6 +38,7 @@ from outbox_adapters.cli.operator import (
 from outbox_adapters.cli.options import option
 from outbox_adapters.cli.prune import prune_command
 from outbox_adapters.cli.schema import schema_group
+from outbox_adapters.cli.top import top_command
 from outbox_adapters.cli.webhooks import deliveries_command, enqueue_webhook_command, replay_command
 from outbox_adapters.cli.worker import worker_command
 
@@ -77,6 +78,7 @@ for _command in (
     stats_command,
     prune_command,
     healthcheck_command,
+    top_command,
     keys_group,
     demo_command,
     endpoints_group,

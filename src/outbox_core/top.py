@@ -1,0 +1,71 @@
+"""``outbox top``'s model: one lane's live figures, and the little renderings it needs.
+
+The adapter reads the figures (:mod:`outbox_adapters.postgres.top`); the CLI draws them. What is
+decided here: what a lane's row holds, how an error is named as a class (its text up to the first
+colon, addresses masked, so the class groups rows and shows no recipient), and how a series of
+backlog ages becomes a sparkline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
+
+__all__ = ["SPARKS", "LaneRow", "error_class", "sparkline"]
+
+SPARKS: Final = "▁▂▃▄▅▆▇█"
+_ADDRESS: Final = re.compile(r"\S+@\S+")
+_MAX_CLASS: Final = 60
+
+
+def error_class(error: str | None) -> str | None:
+    """The class of an error text: up to its first colon, e-mail addresses masked, at most 60
+    characters (``recipient <address> refused``, ``SMTP failure at connect``)."""
+    if not error:
+        return None
+    head = _ADDRESS.sub("<address>", error.split(":", 1)[0]).strip()
+    return head[:_MAX_CLASS] or None
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One block character per value, scaled from 0 to the series' largest value."""
+    if not values:
+        return ""
+    top = max(values)
+    if top <= 0:
+        return SPARKS[0] * len(values)
+    last = len(SPARKS) - 1
+    return "".join(SPARKS[min(last, max(0, round(v / top * last)))] for v in values)
+
+
+@attrs.frozen
+class LaneRow:
+    """One lane of one queue table, now."""
+
+    queue: str
+    lane: str
+    pending: int = 0
+    #: Seconds since the oldest pending row was written (None: nothing pending).
+    oldest_pending_s: float | None = None
+    #: Pending rows under a live claim (being worked).
+    in_flight: int = 0
+    #: Pending rows whose claim's lease ended unmarked (a worker died or stalled): due again.
+    leases_expired: int = 0
+    failed: int = 0
+    #: Rows sent in the last minute.
+    sent_per_min: int = 0
+    #: Enqueue → sent seconds, of the rows sent in the last 5 minutes.
+    p50_s: float | None = None
+    p95_s: float | None = None
+    #: The most recent error class among pending and failed rows, and how many rows carry it.
+    last_error_class: str | None = None
+    last_error_count: int = 0
+    #: The lane's live leader (None: no live term).
+    leader: str | None = None
+    term: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)

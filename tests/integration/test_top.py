@@ -1,0 +1,110 @@
+"""``outbox top`` on a database of its own: each lane's figures as the rows and the leader say."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from tests.support.cli import outbox
+from tests.support.postgres import scratch_database
+
+from outbox_adapters.postgres import schema
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def db(postgres_server: str) -> Iterator[str]:
+    with scratch_database(postgres_server, "top") as dsn:
+        schema.apply(dsn)
+        yield dsn
+
+
+INSERT = """
+INSERT INTO outbox_message (lane, payload, status, created_at, next_attempt_at, claim_token,
+                            resolved_at, last_error, updated_at)
+VALUES (%s, '{}', %s, now() - make_interval(secs => %s), now() + make_interval(secs => %s), %s,
+        CASE WHEN %s THEN now() END, %s, now() - make_interval(secs => %s))
+"""
+
+
+def _fill(dsn: str) -> None:
+    rows = [
+        # status, created s ago, lease s from now, token, resolved, error, updated s ago
+        ("pending", 90, 60, "t1", False, None, 0),  # in flight
+        ("pending", 30, -5, "t2", False, None, 0),  # lease expired
+        ("pending", 10, -1, None, False, "SMTP failure at connect: timed out", 1),  # retrying
+        ("failed", 500, 0, "t3", True, "recipient bob@x.example refused: SMTP 550", 50),
+        ("failed", 400, 0, "t4", True, "recipient ann@y.example refused: SMTP 550", 40),
+    ]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for status, created, lease, token, resolved, error, updated in rows:
+            conn.execute(
+                INSERT, ("email-a", status, created, lease, token, resolved, error, updated)
+            )
+        for ago in (2, 4, 6, 8):  # sent within the minute, 2 s after they were written
+            conn.execute(
+                "INSERT INTO outbox_message (lane, payload, status, created_at, resolved_at,"
+                " claim_token) VALUES ('email-a', '{}', 'dispatched',"
+                " now() - make_interval(secs => %s + 2), now() - make_interval(secs => %s), 't')",
+                (ago, ago),
+            )
+        conn.execute(
+            "INSERT INTO outbox_leader (lane, holder, term, elected_at, expires_at)"
+            " VALUES ('email-a', 'host-1:42', 4, now(), now() + interval '30 seconds'),"
+            " ('gone', 'host-2:1', 9, now(), now() - interval '1 second')"
+        )
+        conn.execute(
+            "INSERT INTO outbox_event (lane, payload) VALUES ('events', %s)",
+            (json.dumps({"topic": "t", "subject": "k", "id": "e1", "type": "x", "source": "s"}),),
+        )
+
+
+def test_top_once_json_shows_each_lanes_figures(db: str) -> None:
+    _fill(db)
+    result = outbox("top", "--database-url", db, "--json")
+    assert result.exit_code == 0, result.output
+    lanes = {(lane["queue"], lane["lane"]): lane for lane in json.loads(result.stdout)["lanes"]}
+    assert set(lanes) == {("outbox_message", "email-a"), ("outbox_event", "events")}
+    email = lanes["outbox_message", "email-a"]
+    assert {k: email[k] for k in ("pending", "in_flight", "leases_expired", "failed")} == {
+        "pending": 3,
+        "in_flight": 1,
+        "leases_expired": 1,
+        "failed": 2,
+    }
+    assert 89 <= email["oldest_pending_s"] < 120
+    assert email["sent_per_min"] == 4
+    assert email["p50_s"] == pytest.approx(2.0, abs=0.01)
+    assert email["p95_s"] == pytest.approx(2.0, abs=0.01)
+    # The most recent error's class; the two refusals are one class whatever their address.
+    assert (email["last_error_class"], email["last_error_count"]) == ("SMTP failure at connect", 1)
+    assert (email["leader"], email["term"]) == ("host-1:42", 4)
+    events = lanes["outbox_event", "events"]
+    assert (events["pending"], events["leader"], events["sent_per_min"]) == (1, None, 0)
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE outbox_message SET updated_at = now() - interval '1 hour'"
+            " WHERE last_error LIKE 'SMTP failure%'"
+        )
+    again = json.loads(outbox("top", "--database-url", db, "--json").stdout)["lanes"]
+    email = next(lane for lane in again if lane["lane"] == "email-a")
+    assert (email["last_error_class"], email["last_error_count"]) == (
+        "recipient <address> refused",
+        2,
+    )
+
+
+def test_top_once_draws_the_table(db: str) -> None:
+    _fill(db)
+    result = outbox("top", "--database-url", db, "--once")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "email-a" in out
+    assert "outbox_event/events" in out
+    assert "host-1:42 (4)" in out
+    assert "SMTP failure at connect (x1)" in out
+    assert "bob@x.example" not in out
