@@ -22,12 +22,14 @@ from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.postgres import operator_statements, statements
+from outbox_adapters.postgres import retention as _retention
 from outbox_adapters.postgres.channels import feed as _feed_sql
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.postgres.webhooks import FanOut as _FanOut
 from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository
 from outbox_adapters.postgres.webhooks import event_of as _event_of
 from outbox_adapters.postgres.webhooks import statements as _webhook_statements
+from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import marking as worker
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.smtp import mailer as smtp_mailer
@@ -490,6 +492,38 @@ MUTANTS += (
         "let ?tenant_id= override the principal's tenant",
         f"{FEED}::test_a_spoofed_tenant_id_or_audience_changes_nothing[&tenant_id=globex]",
         (_feed_routes, "principal_scope", _scope_from_query),
+    ),
+)
+
+PRUNE = "tests/integration/test_prune.py"
+HEALTH = "tests/integration/test_healthcheck.py"
+
+
+async def _no_beat(_self: Any, _leading: bool) -> None:
+    """The mutant of Worker._beat: the loop never writes its heartbeat."""
+
+
+MUTANTS += (
+    Mutant(
+        "prune-unsent-rows",
+        "retention deletes only rows that were sent (dispatched or skipped)",
+        "drop the status test: pending and failed rows older than the cut-off are deleted too",
+        f"{PRUNE}::test_prune_removes_what_was_sent_long_ago_and_keeps_everything_else",
+        _replace_in(_retention, "PRUNE_QUEUE", "AND q.status IN ('dispatched', 'skipped')", ""),
+    ),
+    Mutant(
+        "prune-waits-for-held-rows",
+        "a prune batch skips a row someone holds instead of waiting for it",
+        "FOR UPDATE SKIP LOCKED -> FOR UPDATE",
+        f"{PRUNE}::test_a_held_row_is_skipped_not_waited_for",
+        _replace_in(_retention, "PRUNE_QUEUE", "FOR UPDATE SKIP LOCKED", "FOR UPDATE"),
+    ),
+    Mutant(
+        "heartbeat-not-written",
+        "the worker's loop writes its heartbeat (outbox healthcheck reads it)",
+        "Worker._beat does nothing",
+        f"{HEALTH}::test_a_live_leading_worker_is_healthy_and_a_stopped_or_silent_one_is_not",
+        (Worker, "_beat", _no_beat),
     ),
 )
 
