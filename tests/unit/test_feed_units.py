@@ -15,7 +15,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import Message
 from tests.support.feed import header_principal
 
-from outbox_adapters.cli.feed import parse_duration
+from outbox_adapters.cli.prune import parse_duration
 from outbox_adapters.feed import Feed, FeedSettings, Principal
 from outbox_adapters.feed.stream import PING, REFRESH, StreamSignal, _stream
 from outbox_adapters.postgres.channels import Cursor, Scope, ScopeListener

@@ -14,40 +14,72 @@ skips what the first holds.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Final
 
 import click
 
 from outbox_adapters.cli.endpoints import json_option
-from outbox_adapters.cli.feed import parse_duration
 from outbox_adapters.cli.options import database_errors, database_url, option, setting_error
 from outbox_adapters.postgres.retention import PRUNABLE, prune
 
-__all__ = ["prune_command"]
+__all__ = ["age_setting", "parse_duration", "prune_command", "retention_options"]
+
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION: Final = re.compile(r"(\d{1,9})([smhdw])")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``: one whole number and one unit; ``ValueError``
+    otherwise."""
+    found = _DURATION.fullmatch(text.strip().lower())
+    if found is None or int(found[1]) == 0:
+        raise ValueError(f"{text!r} is not a positive duration such as 90d, 12h, 30m, 45s or 2w")
+    return timedelta(seconds=int(found[1]) * _UNITS[found[2]])
+
+
+def retention_options(env: str, what: str) -> Callable[[Any], Any]:
+    """``--older-than`` (required) and ``--batch-size``, their variables ``OUTBOX_<env>_...``."""
+
+    def decorate(command: Any) -> Any:  # noqa: ANN401 - a click command
+        command = option(
+            "--batch-size",
+            env=f"OUTBOX_{env}_BATCH_SIZE",
+            type=click.IntRange(min=1, max=100_000),
+            default=1000,
+            show_default=True,
+            help="Rows looked at (and at most deleted) per statement.",
+        )(command)
+        return option(
+            "--older-than",
+            env=f"OUTBOX_{env}_OLDER_THAN",
+            required=True,
+            metavar="DURATION",
+            help=f"Delete {what} longer ago than this: 90d, 12h, 30m, 45s, 2w.",
+        )(command)
+
+    return decorate
+
+
+def age_setting(older_than: str, env: str) -> timedelta:
+    """``--older-than`` parsed, or the one-line setting error naming it."""
+    try:
+        return parse_duration(older_than)
+    except ValueError as exc:
+        raise setting_error("--older-than", f"OUTBOX_{env}_OLDER_THAN", str(exc)) from None
 
 
 @click.command("prune")
 @database_url()
-@option(
-    "--older-than",
-    env="OUTBOX_PRUNE_OLDER_THAN",
-    required=True,
-    metavar="DURATION",
-    help="Delete what was sent (or read) longer ago than this: 90d, 12h, 30m, 45s, 2w.",
-)
+@retention_options("PRUNE", "what was sent (or read)")
 @option(
     "--only",
     env="OUTBOX_PRUNE_ONLY",
     multiple=True,
     type=click.Choice(list(PRUNABLE)),
     help="Prune only these (repeat the option); every table by default.",
-)
-@option(
-    "--batch-size",
-    env="OUTBOX_PRUNE_BATCH_SIZE",
-    type=click.IntRange(min=1, max=100_000),
-    default=1000,
-    show_default=True,
-    help="Rows looked at (and at most deleted) per statement.",
 )
 @json_option
 def prune_command(
@@ -58,10 +90,7 @@ def prune_command(
     as_json: bool,  # noqa: FBT001
 ) -> None:
     """Delete delivered rows older than --older-than, in short batches; pending and failed stay."""
-    try:
-        age = parse_duration(older_than)
-    except ValueError as exc:
-        raise setting_error("--older-than", "OUTBOX_PRUNE_OLDER_THAN", str(exc)) from None
+    age = age_setting(older_than, "PRUNE")
     with database_errors():
         removed = prune(database_url, age, batch=batch_size, only=only or None)
     if as_json:
