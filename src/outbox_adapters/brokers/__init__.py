@@ -5,7 +5,8 @@ redrive. ADR 0019 says what each broker guarantees.
 =====================  ========================================================================
 module                 holds
 =====================  ========================================================================
-:mod:`.nats`           :class:`NatsBroker` (nats-py, JetStream)
+:mod:`.nats`           :class:`NatsBroker` (nats-py, JetStream): connection, declaration, publish, DLQ
+:mod:`.nats_consumer`  the JetStream consumer (durable pull, explicit acks)
 :mod:`.kafka`          :class:`KafkaBroker` (aiokafka): producer, declaration, DLQ
 :mod:`.kafka_consumer` the Kafka consumer group (contiguous commits after acks, local retries)
 :mod:`.urls`           broker URLs: TLS, credentials, Kafka's SASL

@@ -1,0 +1,175 @@
+"""NATS JetStream consumption (nats-py): one durable pull consumer per (group, subject).
+
+Explicit ack and ``nak(delay)``; the delivery count is JetStream's (``num_delivered``), so it
+survives restarts; a message not acked within the broker's ``ack_wait`` is redelivered. The broker
+(:class:`~outbox_adapters.brokers.nats.NatsBroker`) connects and declares; this module consumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import api
+
+from outbox_adapters.brokers.errors import (
+    BrokerUnavailable,
+    describe,
+    is_broker_error,
+    log,
+    operation,
+)
+from outbox_core.brokers import EVENT_ID_HEADER
+from outbox_core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from outbox_adapters.brokers.nats import NatsBroker
+
+__all__ = ["MSG_ID", "NatsConsumer", "NatsMessage"]
+
+MSG_ID = "Nats-Msg-Id"
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _public_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """The message's own headers (JetStream's ``Nats-*`` bookkeeping left out)."""
+    return {k: v for k, v in (headers or {}).items() if not k.startswith("Nats-")}
+
+
+class NatsMessage:
+    """One JetStream delivery (``ports.ReceivedMessage``)."""
+
+    def __init__(self, msg: Msg) -> None:
+        self._msg = msg
+        self._settled = False
+        raw = msg.headers or {}
+        self.headers: Mapping[str, str] = _public_headers(raw)
+        meta = msg.metadata
+        self.message_id: str = (
+            raw.get(EVENT_ID_HEADER) or raw.get(MSG_ID) or (f"{meta.stream}:{meta.sequence.stream}")
+        )
+        self.deliveries: int = meta.num_delivered
+        self.subject: str = msg.subject
+        self.body: bytes = msg.data
+
+    async def ack(self) -> None:
+        await self._settle(self._msg.ack())
+
+    async def nak(self, *, delay: timedelta | None = None) -> None:
+        await self._settle(self._msg.nak(delay=delay.total_seconds() if delay else None))
+
+    async def _settle(self, call: Any) -> None:  # noqa: ANN401 - a nats-py coroutine
+        if self._settled:
+            call.close()
+            return
+        self._settled = True
+        try:
+            await call
+        except Exception as exc:
+            if not is_broker_error(exc):
+                raise
+            # The broker redelivers it after ack_wait: at least once still holds.
+            log.warning("settling message %s failed: %s", self.message_id, describe(exc))
+
+
+class NatsConsumer:
+    """``ports.Consumer`` of one group: a durable pull consumer per subject, explicit acks."""
+
+    def __init__(
+        self, broker: NatsBroker, group: str, subjects: tuple[str, ...], *, batch: int = 10
+    ) -> None:
+        if not subjects:
+            raise ConfigurationError(f"consumer group {group!r} needs at least one subject")
+        self.broker = broker
+        self.group = group
+        self.subjects = subjects
+        self.batch = batch
+        self.fetch_wait = 0.5
+        self._closed = False
+        self._subs: list[Any] = []
+
+    def close(self) -> None:
+        """End :meth:`messages` at the next fetch that finds nothing waiting."""
+        self._closed = True
+
+    def durable_name(self, subject: str) -> str:
+        return _UNSAFE_NAME.sub("_", f"{self.group}--{subject}")
+
+    async def _subscribe(self) -> list[Any]:
+        js = await self.broker.jetstream()
+        subs = []
+        for subject in self.subjects:
+            stream = await self.broker.stream_of(subject)
+            name = self.durable_name(subject)
+            config = api.ConsumerConfig(
+                durable_name=name,
+                ack_policy=api.AckPolicy.EXPLICIT,
+                deliver_policy=api.DeliverPolicy.ALL,
+                filter_subject=subject,
+                ack_wait=self.broker.ack_wait.total_seconds(),
+                max_deliver=-1,
+                max_ack_pending=1000,
+            )
+            async with operation(f"declaring consumer {name} on {stream}"):
+                try:
+                    await js.add_consumer(stream, config)
+                except nats.js.errors.BadRequestError as exc:
+                    # It exists with other settings (an earlier version's ack_wait): keep it.
+                    log.warning("consumer %s kept as it is: %s", name, describe(exc))
+                subs.append(await js.pull_subscribe_bind(name, stream=stream))
+        return subs
+
+    async def messages(self) -> AsyncIterator[NatsMessage]:
+        warned = False
+        try:
+            while True:
+                if not self._subs:
+                    try:
+                        self._subs = await self._subscribe()
+                    except BrokerUnavailable as exc:
+                        if self._closed:
+                            return
+                        if not warned:
+                            log.warning("consumer %s waits for the broker: %s", self.group, exc)
+                            warned = True
+                        await asyncio.sleep(1.0)
+                        continue
+                    warned = False
+                got = 0
+                for sub in list(self._subs):
+                    for msg in await self._fetch(sub):
+                        got += 1
+                        yield NatsMessage(msg)
+                if self._closed and not got:
+                    return
+        finally:
+            await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            try:
+                await sub.unsubscribe()
+            except Exception as exc:  # noqa: BLE001 - closing: report, never raise
+                log.debug("unsubscribing: %s", describe(exc))
+
+    async def _fetch(self, sub: Any) -> list[Msg]:  # noqa: ANN401 - nats-py's pull subscription
+        try:
+            msgs: list[Msg] = await sub.fetch(self.batch, timeout=self.fetch_wait)
+        except nats.errors.TimeoutError:
+            return []
+        except Exception as exc:
+            if not is_broker_error(exc):
+                raise
+            log.warning("consumer %s: fetching failed, retrying: %s", self.group, describe(exc))
+            if isinstance(exc, nats.errors.ConnectionClosedError) or self.broker.closed:
+                await self._unsubscribe()  # bind again on a new connection
+            await asyncio.sleep(1.0)
+            return []
+        return msgs
