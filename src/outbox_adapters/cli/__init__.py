@@ -11,7 +11,7 @@ One module per command family, each a plain click command or group that this mod
 requeue, stats), :mod:`.keys`, :mod:`.demo` (the command only; the demo lives in
 :mod:`outbox_adapters.demo`), :mod:`.endpoints` (webhook endpoints), :mod:`.webhooks`
 (``enqueue webhook``, ``deliveries``, ``replay``), :mod:`.feed` (``feed prune``) and :mod:`.prune`
-(``prune``: retention for every table) , :mod:`.health` (``healthcheck``) and :mod:`.top` (``top``). What they
+(``prune``: retention for every table) , :mod:`.health` (``healthcheck``) and :mod:`.top` (``top``); :mod:`.config` reads ``--config FILE`` and shows the effective settings. What they
 share (options, errors and exit codes, the database helpers) is in :mod:`.options`.
 """
 
@@ -21,6 +21,7 @@ import logging
 
 import click
 
+from outbox_adapters.cli.config import config_group, default_map
 from outbox_adapters.cli.consume import consume_command
 from outbox_adapters.cli.demo import demo_command
 from outbox_adapters.cli.endpoints import endpoints_group
@@ -45,7 +46,26 @@ from outbox_adapters.cli.worker import worker_command
 __all__ = ["main"]
 
 
+def _read_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> str | None:
+    """``--config``: the TOML file becomes every command's defaults (cli/config.py)."""
+    if path and not ctx.resilient_parsing:
+        assert isinstance(ctx.command, click.Group)  # noqa: S101 - outbox's main is a group
+        ctx.default_map = default_map(path, ctx.command)
+    return path
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@option(
+    "--config",
+    "config_file",
+    env="OUTBOX_CONFIG",
+    metavar="FILE",
+    is_eager=True,
+    expose_value=False,
+    callback=_read_config,
+    help="A TOML file of settings: a table per command, top-level keys for every command"
+    " (flags and OUTBOX_* variables win over it).",
+)
 @option(
     "--log-level",
     env="OUTBOX_LOG_LEVEL",
@@ -85,6 +105,7 @@ for _command in (
     deliveries_command,
     replay_command,
     feed_group,
+    config_group,
 ):
     main.add_command(_command)
 enqueue_group.add_command(enqueue_webhook_command)
