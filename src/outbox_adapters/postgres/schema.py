@@ -21,7 +21,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from outbox_adapters.postgres.tables import metadata
 from outbox_adapters.postgres.triggers import triggers_of
 
-__all__ = ["apply", "ddl_sql", "ddl_statements", "verify"]
+__all__ = ["apply", "ddl_sql", "ddl_statements", "trigger_statements", "verify"]
 
 #: Columns of the outbox tables in any schema on the search path.
 _COLUMNS: Final = """
@@ -70,6 +70,17 @@ def ddl_statements() -> list[str]:
             out.append(str(create.compile(dialect=dialect)).strip())
         out.extend(statement for trigger in triggers_of(table) for statement in trigger.ddl)
     return out
+
+
+def trigger_statements() -> list[str]:
+    """Every table's trigger statements, in order, without a semicolon: what an Alembic migration
+    adds with ``op.execute`` (autogenerate sees tables and indexes, not triggers). Idempotent."""
+    return [
+        statement
+        for table in metadata.sorted_tables
+        for trigger in triggers_of(table)
+        for statement in trigger.ddl
+    ]
 
 
 def ddl_sql() -> str:

@@ -15,12 +15,17 @@ replaces an older one) and the trigger is created only when the table has none o
 
 from __future__ import annotations
 
+import weakref
+
 import attrs
 from sqlalchemy import DDL, Table, event
 
 __all__ = ["Trigger", "attach", "triggers_of"]
 
-_TRIGGERS = "leased_outbox.triggers"
+#: Each table's triggers, by the table object. Not in ``Table.info``: Alembic's autogenerate
+#: writes a table's ``info`` into the migration it generates, and a Trigger there is a NameError
+#: in the host's migration file (tests/integration/test_alembic.py).
+_TRIGGERS: weakref.WeakKeyDictionary[Table, list[Trigger]] = weakref.WeakKeyDictionary()
 
 
 @attrs.frozen
@@ -35,7 +40,7 @@ class Trigger:
 
 def attach(table: Table, trigger: Trigger) -> None:
     """File ``trigger`` with ``table`` for the schema tools, and for ``metadata.create_all()``."""
-    table.info.setdefault(_TRIGGERS, []).append(trigger)
+    _TRIGGERS.setdefault(table, []).append(trigger)
     for statement in trigger.ddl:
         # DDL() formats its text with %: the statements hold no % of their own, but escape anyway.
         event.listen(table, "after_create", DDL(statement.replace("%", "%%")))  # type: ignore[no-untyped-call]
@@ -43,4 +48,4 @@ def attach(table: Table, trigger: Trigger) -> None:
 
 def triggers_of(table: Table) -> tuple[Trigger, ...]:
     """The triggers :func:`attach` filed with ``table``."""
-    return tuple(table.info.get(_TRIGGERS, ()))
+    return tuple(_TRIGGERS.get(table, ()))
