@@ -1,0 +1,137 @@
+"""A FastAPI host: its lifespan runs an e-mail worker, its endpoint enqueues on the request's async
+SQLAlchemy session in the same transaction as the host's row, and the in-app feed is mounted behind
+the app's own authentication. ``create_app(settings)`` builds it; tests/integration/test_fastapi.py
+runs it on a real database and SMTP server.
+
+::
+
+    app = create_app(AppSettings(dsn=..., smtp=..., lane="email"))
+    # POST /orders {"customer": "ann@example.org"} -> 201; the confirmation mail goes out
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations at run
+# time, and the session dependency is local to create_app.
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import attrs
+import psycopg
+from fastapi import Depends, FastAPI, HTTPException
+from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+
+from outbox_adapters.clock import SystemClock
+from outbox_adapters.feed import Feed, Principal
+from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
+from outbox_adapters.postgres import PostgresHeartbeat, PostgresStore, enqueue_async
+from outbox_adapters.runtime import Worker
+from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_core.errors import InvalidMessage
+
+__all__ = ["AppSettings", "create_app"]
+
+ORDERS = """
+CREATE TABLE IF NOT EXISTS fastapi_order (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    customer text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+@attrs.frozen
+class AppSettings:
+    dsn: str
+    smtp: SmtpSettings
+    lane: str = "email"
+    #: The worker's idle poll (a LISTEN wake-up would make it instant; kept simple here).
+    poll_interval: float = 0.2
+
+
+class Order(BaseModel):
+    customer: str
+
+
+def _authenticate(connection: Any) -> Principal | None:  # noqa: ANN401 - Starlette's HTTPConnection
+    """The example's 'authentication': a header naming the tenant (use your real one)."""
+    tenant = connection.headers.get("x-tenant")
+    return Principal.tenant_user(tenant) if tenant else None
+
+
+def create_app(settings: AppSettings) -> FastAPI:
+    engine = create_async_engine(
+        "postgresql+psycopg://",
+        async_creator=lambda: psycopg.AsyncConnection.connect(settings.dsn),
+    )
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    feed_box: dict[str, Feed] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        async with engine.begin() as conn:
+            await conn.execute(text(ORDERS))
+        async with (
+            AsyncConnectionPool(
+                settings.dsn, min_size=1, max_size=6, kwargs={"autocommit": True}, open=False
+            ) as pool,
+            SmtpMailer(settings.smtp) as mailer,
+            Feed(settings.dsn, _authenticate, pool=pool) as feed,
+        ):
+            feed_box["feed"] = feed
+            store = PostgresStore(pool)
+            worker = Worker(
+                store,
+                EmailHandler(mailer, sender=settings.smtp.policy.sender, clock=SystemClock()),
+                email_lane(lane=settings.lane, poll_interval=settings.poll_interval),
+                holder=f"{socket.gethostname()}:fastapi",
+                heartbeat=PostgresHeartbeat(pool),
+            )
+            running = asyncio.create_task(worker.run())
+            try:
+                yield
+            finally:
+                worker.request_stop()  # finish the row in flight, record every mark
+                await running
+                await store.close()
+        await engine.dispose()
+
+    app = FastAPI(lifespan=lifespan)
+
+    async def session() -> AsyncIterator[AsyncSession]:
+        async with sessions() as opened:
+            yield opened
+
+    @app.post("/orders", status_code=201)
+    async def create_order(
+        order: Order, db: Annotated[AsyncSession, Depends(session)]
+    ) -> dict[str, int]:
+        try:
+            message = email_message(
+                to=order.customer,
+                subject="Order received",
+                text="Thanks! Your order $order is in.",
+                fields={"order": "pending"},
+                lane=settings.lane,
+            )
+        except InvalidMessage as exc:  # a bad address: refused here, nothing written
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+        async with db.begin():  # the order and its e-mail: one transaction
+            found = await db.execute(
+                text("INSERT INTO fastapi_order (customer) VALUES (:c) RETURNING id"),
+                {"c": order.customer},
+            )
+            order_id = int(found.scalar_one())
+            await enqueue_async(db, message)
+        return {"order": order_id}
+
+    async def mounted_feed(scope: Any, receive: Any, send: Any) -> None:  # noqa: ANN401
+        await feed_box["feed"].app(scope, receive, send)
+
+    app.mount("/feed", mounted_feed)
+    return app
