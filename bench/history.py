@@ -117,12 +117,19 @@ def _plans(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     return {"generic_plans": generic, "custom_plans": custom, "custom_planning_ms": planning}
 
 
-def timed_claims(dsn: str, claims: int) -> tuple[list[float], dict[str, Any]]:
-    """Insert ``claims x 10`` due rows, then time ``claims`` claims of 10 (ms), marking each."""
-    rows.load_pending_only(dsn, claims * CLAIM_BATCH)
+def timed_claims(
+    dsn: str, claims: int, *, while_: Callable[[], bool] | None = None, preload: bool = True
+) -> tuple[list[float], dict[str, Any]]:
+    """Insert ``claims x 10`` due rows (unless ``preload`` is False: the caller did), then time
+    ``claims`` claims of 10 (ms), marking each; with ``while_``, stop early once it answers False
+    (at most ``claims`` either way)."""
+    if preload:
+        rows.load_pending_only(dsn, claims * CLAIM_BATCH)
     timings: list[float] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(claims):
+            if while_ is not None and not while_():
+                break
             token = secrets.token_hex(16)
             started = time.perf_counter()
             claimed = conn.execute(_CLAIM, _claim_params(token)).fetchall()

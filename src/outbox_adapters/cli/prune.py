@@ -81,18 +81,28 @@ def age_setting(older_than: str, env: str) -> timedelta:
     type=click.Choice(list(PRUNABLE)),
     help="Prune only these (repeat the option); every table by default.",
 )
+@option(
+    "--pause",
+    env="OUTBOX_PRUNE_PAUSE",
+    type=click.FloatRange(min=0, max=60),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Sleep between batches, to leave the disk and CPU to busy workers.",
+)
 @json_option
-def prune_command(
+def prune_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     database_url: str,
     older_than: str,
     only: tuple[str, ...],
     batch_size: int,
+    pause: float,
     as_json: bool,  # noqa: FBT001
 ) -> None:
     """Delete delivered rows older than --older-than, in short batches; pending and failed stay."""
     age = age_setting(older_than, "PRUNE")
     with database_errors():
-        removed = prune(database_url, age, batch=batch_size, only=only or None)
+        removed = prune(database_url, age, batch=batch_size, only=only or None, pause=pause)
     if as_json:
         click.echo(json.dumps({"older_than": older_than, "removed": removed}))
         return

@@ -30,7 +30,8 @@ not move while a prune runs. The cut-off is read once from the database clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -87,11 +88,18 @@ def _check(older_than: timedelta, batch: int) -> None:
         raise ValueError(f"batch must be at least 1, got {batch}")
 
 
-def prune_queue(
-    conn: psycopg.Connection[Any], table: Table, cutoff: datetime, *, batch: int = 1000
+def prune_queue(  # noqa: PLR0913 - keyword-only knobs
+    conn: psycopg.Connection[Any],
+    table: Table,
+    cutoff: datetime,
+    *,
+    batch: int = 1000,
+    pause: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Delete ``table``'s rows sent (dispatched or skipped) before ``cutoff``, ``batch`` rows per
-    statement on the autocommit connection ``conn``; how many were deleted."""
+    statement on the autocommit connection ``conn``, ``pause`` seconds between statements (to
+    leave the disk and CPU to the workers); how many were deleted."""
     if not conn.autocommit:
         raise ValueError("prune_queue needs an autocommit connection: each batch commits alone")
     statement = render(PRUNE_QUEUE, table)
@@ -105,6 +113,8 @@ def prune_queue(
         if last is None or oldest is None or oldest >= cutoff:
             return deleted
         after = int(last)
+        if pause > 0:
+            sleep(pause)
 
 
 def prune(
@@ -113,6 +123,7 @@ def prune(
     *,
     batch: int = 1000,
     only: Sequence[str] | None = None,
+    pause: float = 0.0,
 ) -> dict[str, int]:
     """Prune every kind of :data:`PRUNABLE` (or ``only`` those) older than ``older_than``; the
     rows removed per kind, in :data:`PRUNABLE`'s order."""
@@ -134,5 +145,5 @@ def prune(
             if table is None:
                 removed[kind] = prune_notifications(dsn, older_than, batch=batch)
             else:
-                removed[kind] = prune_queue(conn, table, cutoff, batch=batch)
+                removed[kind] = prune_queue(conn, table, cutoff, batch=batch, pause=pause)
     return removed
