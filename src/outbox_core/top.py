@@ -66,6 +66,8 @@ class LaneRow:
     #: The lane's live leader (None: no live term).
     leader: str | None = None
     term: int | None = None
+    #: Workers of the lane whose heartbeat is within the bound they stated (any host).
+    workers: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return attrs.asdict(self)

@@ -57,6 +57,12 @@ def _fill(dsn: str) -> None:
             " ('gone', 'host-2:1', 9, now(), now() - interval '1 second')"
         )
         conn.execute(
+            "INSERT INTO outbox_heartbeat (lane, holder, host, pid, started_at, beat_at,"
+            " stale_after, leads) VALUES ('email-a', 'host-1:42', 'host-1', 42, now(), now(),"
+            " interval '1 minute', true), ('email-a', 'host-2:7', 'host-2', 7, now(),"
+            " now() - interval '2 minutes', interval '1 minute', false)"
+        )
+        conn.execute(
             "INSERT INTO outbox_event (lane, payload) VALUES ('events', %s)",
             (json.dumps({"topic": "t", "subject": "k", "id": "e1", "type": "x", "source": "s"}),),
         )
@@ -82,8 +88,10 @@ def test_top_once_json_shows_each_lanes_figures(db: str) -> None:
     # The most recent error's class; the two refusals are one class whatever their address.
     assert (email["last_error_class"], email["last_error_count"]) == ("SMTP failure at connect", 1)
     assert (email["leader"], email["term"]) == ("host-1:42", 4)
+    assert email["workers"] == 1  # host-2's beat is older than its own bound
     events = lanes["outbox_event", "events"]
     assert (events["pending"], events["leader"], events["sent_per_min"]) == (1, None, 0)
+    assert events["workers"] == 0
 
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(

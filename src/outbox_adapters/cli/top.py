@@ -8,7 +8,8 @@ One row per lane of every queue table (e-mail lanes, the webhook outbox and its 
 event relay, the consumer channels' e-mail lane): pending, the oldest pending row's age with a
 sparkline of it over the refreshes, in flight, leases expired (to be re-claimed), failed, sent in
 the last minute, enqueue → sent p50/p95 over the last 5 minutes, the latest error class and how
-many rows carry it, the lane's leader and its term. Ctrl-C ends it.
+many rows carry it, the lane's leader and its term, and how many workers of the lane beat within their bound (any
+host). Ctrl-C ends it.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def render(lanes: Sequence[LaneRow], ages: dict[str, deque[float]]) -> Table:
         ("p95", "right"),
         ("last error", "left"),
         ("leader (term)", "left"),
+        ("workers", "right"),
     ]:
         table.add_column(header, justify=justify, no_wrap=header != "last error")  # type: ignore[arg-type]
     for lane in lanes:
@@ -81,6 +83,7 @@ def render(lanes: Sequence[LaneRow], ages: dict[str, deque[float]]) -> Table:
             _age(lane.p95_s),
             error,
             f"{lane.leader} ({lane.term})" if lane.leader else "-",
+            str(lane.workers) if lane.workers else "[red]0[/red]",
         )
     return table
 
@@ -119,7 +122,7 @@ def top_command(database_url: str, interval: float, once: bool, as_json: bool) -
         _record(lanes, ages)
         console = Console()
         if not console.is_terminal:  # a pipe or a file: wide enough for every column
-            console = Console(width=max(console.width, 160))
+            console = Console(width=max(console.width, 200))
         console.print(render(lanes, ages))
         return
     with Live(auto_refresh=False) as live:

@@ -66,16 +66,22 @@ errors AS (
 ),
 lanes AS (
     SELECT lane FROM pending UNION SELECT lane FROM failed UNION SELECT lane FROM recent
+),
+workers AS (
+    SELECT lane, count(*) AS live FROM outbox_heartbeat
+    WHERE beat_at >= now() - stale_after GROUP BY lane
 )
 SELECT lanes.lane, coalesce(pending.pending, 0), pending.oldest_s,
        coalesce(pending.in_flight, 0), coalesce(pending.expired, 0), coalesce(failed.failed, 0),
        coalesce(recent.sent_per_min, 0), recent.p50_s, recent.p95_s,
-       errors.last_error, coalesce(errors.same_class, 0), leader.holder, leader.term
+       errors.last_error, coalesce(errors.same_class, 0), leader.holder, leader.term,
+       coalesce(workers.live, 0)
 FROM lanes
 LEFT JOIN pending USING (lane)
 LEFT JOIN failed USING (lane)
 LEFT JOIN recent USING (lane)
 LEFT JOIN errors USING (lane)
+LEFT JOIN workers USING (lane)
 LEFT JOIN outbox_leader AS leader ON leader.lane = lanes.lane AND leader.expires_at > now()
 ORDER BY lanes.lane
 """
@@ -101,6 +107,7 @@ def _lane(queue: str, row: Any) -> LaneRow:  # noqa: ANN401 - a database row
         last_error_count=int(row[10]),
         leader=None if row[11] is None else str(row[11]),
         term=None if row[12] is None else int(row[12]),
+        workers=int(row[13]),
     )
 
 
