@@ -15,6 +15,7 @@ import os
 import socket
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -29,6 +30,7 @@ from outbox_adapters.cli.options import (
     setting_error,
 )
 from outbox_adapters.postgres import PostgresStore
+from outbox_adapters.postgres.queues import QUEUES
 from outbox_core.delivery import Status
 from outbox_core.operator import FailedReport, LaneStats, StoredRow
 from outbox_core.ports import OperatorStore, RequeueRequest, RequeueResult
@@ -46,10 +48,25 @@ __all__ = [
 
 
 @contextlib.asynccontextmanager
-async def operator_store(database_url: str) -> AsyncIterator[OperatorStore]:
-    """The store the operator commands use, on a small pool closed afterwards."""
+async def operator_store(
+    database_url: str, queue: str = "messages"
+) -> AsyncIterator[OperatorStore]:
+    """The store of ``queue`` (:data:`~outbox_adapters.postgres.queues.QUEUES`) the operator
+    commands use, on a small pool closed afterwards."""
     async with connection_pool(database_url) as pool:
-        yield PostgresStore(pool)
+        yield PostgresStore(pool, table=QUEUES[queue])
+
+
+def queue_option(command: Any) -> Any:  # noqa: ANN401 - a click command
+    """``--queue messages|webhooks|deliveries|events``: which queue table the command reads."""
+    return option(
+        "--queue",
+        env="OUTBOX_QUEUE",
+        type=click.Choice(list(QUEUES)),
+        default="messages",
+        show_default=True,
+        help="Which outbox: e-mail messages, the webhook outbox, webhook deliveries, events.",
+    )(command)
 
 
 def _when(moment: datetime | None) -> str:
@@ -58,6 +75,7 @@ def _when(moment: datetime | None) -> str:
 
 @click.command("failed")
 @database_url()
+@queue_option
 @lane_option(None, "Only this lane.")
 @option(
     "--limit",
@@ -67,18 +85,18 @@ def _when(moment: datetime | None) -> str:
     show_default=True,
     help="Newest failed rows to list.",
 )
-def failed_command(database_url: str, lane: str | None, limit: int) -> None:
+def failed_command(database_url: str, queue: str, lane: str | None, limit: int) -> None:
     """Failed rows, grouped by error, then the newest ones (ids, never payload values)."""
 
     async def read() -> FailedReport:
-        async with operator_store(database_url) as store:
+        async with operator_store(database_url, queue) as store:
             return await store.list_failed(lane=lane, limit=limit)
 
     report = run(read())
     if not report.by_error:
-        click.echo("no failed rows" + (f" in lane {lane}" if lane else ""))
+        click.echo(f"no failed {queue}" + (f" in lane {lane}" if lane else ""))
         return
-    click.echo("failed rows by error:")
+    click.echo(f"failed {queue} by error:")
     for group in report.by_error:
         click.echo(
             f"  {group.rows:>6}  {group.error or '(no error recorded)'}"
@@ -148,6 +166,7 @@ def _requeue_request(  # noqa: PLR0913 - one parameter per option
 @click.command("requeue")
 @click.argument("ids", nargs=-1, type=int)
 @database_url()
+@queue_option
 @option(
     "--all-failed",
     env="OUTBOX_REQUEUE_ALL_FAILED",
@@ -180,6 +199,7 @@ def _requeue_request(  # noqa: PLR0913 - one parameter per option
 def requeue_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     ids: tuple[int, ...],
     database_url: str,
+    queue: str,
     all_failed: bool,  # noqa: FBT001
     since: str | None,
     lane: str | None,
@@ -199,7 +219,7 @@ def requeue_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     )
 
     async def requeue() -> RequeueResult:
-        async with operator_store(database_url) as store:
+        async with operator_store(database_url, queue) as store:
             return await store.requeue_failed(request)
 
     result = run(requeue())
@@ -233,11 +253,12 @@ def stats_table(stats: Mapping[str, LaneStats]) -> list[str]:
 
 @click.command("stats")
 @database_url()
-def stats_command(database_url: str) -> None:
+@queue_option
+def stats_command(database_url: str, queue: str) -> None:
     """Rows per lane and status, and the marks the fence refused (stale marks) per lane."""
 
     async def read() -> Mapping[str, LaneStats]:
-        async with operator_store(database_url) as store:
+        async with operator_store(database_url, queue) as store:
             return await store.lane_stats()
 
     for line in stats_table(run(read())):
@@ -275,6 +296,7 @@ def shown_row(row: StoredRow, rules: ScrubRules) -> list[str]:
 @click.command("get")
 @click.argument("row_id", type=click.IntRange(min=1))
 @database_url()
+@queue_option
 @option(
     "--secret-key",
     "secret_keys",
@@ -284,12 +306,12 @@ def shown_row(row: StoredRow, rules: ScrubRules) -> list[str]:
     help="A payload key whose value is masked, besides the default secret keys"
     f" ({', '.join(sorted(DEFAULT_SECRET_KEYS))}). Repeat for more.",
 )
-def get_command(row_id: int, database_url: str, secret_keys: tuple[str, ...]) -> None:
+def get_command(row_id: int, database_url: str, queue: str, secret_keys: tuple[str, ...]) -> None:
     """One row: its columns and its payload, secret values masked. Exit 1 if there is no such row."""
     rules = ScrubRules(DEFAULT_SECRET_KEYS | frozenset(secret_keys))
 
     async def read() -> StoredRow | None:
-        async with operator_store(database_url) as store:
+        async with operator_store(database_url, queue) as store:
             return await store.get(row_id)
 
     row = run(read())

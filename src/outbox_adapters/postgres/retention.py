@@ -39,10 +39,8 @@ import psycopg
 from sqlalchemy import Table
 
 from outbox_adapters.postgres.channels.feed import prune as prune_notifications
-from outbox_adapters.postgres.events import outbox_event
+from outbox_adapters.postgres.queues import QUEUES
 from outbox_adapters.postgres.statements import render
-from outbox_adapters.postgres.tables import outbox_message
-from outbox_adapters.postgres.webhooks.tables import outbox_webhook, outbox_webhook_delivery
 
 __all__ = ["PRUNABLE", "PRUNE_QUEUE", "prune", "prune_queue"]
 
@@ -72,13 +70,7 @@ SELECT (SELECT max(id) FROM chunk), (SELECT min(created_at) FROM chunk),
 """
 
 #: What ``outbox prune --only`` names, and the queue table of each (None: the feed's own job).
-PRUNABLE: Final[Mapping[str, Table | None]] = {
-    "messages": outbox_message,
-    "webhooks": outbox_webhook,
-    "deliveries": outbox_webhook_delivery,
-    "events": outbox_event,
-    "notifications": None,
-}
+PRUNABLE: Final[Mapping[str, Table | None]] = {**QUEUES, "notifications": None}
 
 
 def _check(older_than: timedelta, batch: int) -> None:

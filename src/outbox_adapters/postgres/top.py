@@ -14,22 +14,15 @@ from typing import Any, Final
 import psycopg
 from sqlalchemy import Table
 
-from outbox_adapters.postgres.events import outbox_event
+from outbox_adapters.postgres.queues import QUEUES as BY_NAME
 from outbox_adapters.postgres.statements import render
-from outbox_adapters.postgres.tables import outbox_message
-from outbox_adapters.postgres.webhooks.tables import outbox_webhook, outbox_webhook_delivery
 from outbox_core.top import LaneRow, error_class
 
 __all__ = ["LANES", "QUEUES", "RECENT_ROWS", "read_lanes"]
 
 #: How many of the newest ids the recent figures look at.
 RECENT_ROWS: Final = 100_000
-QUEUES: Final[tuple[Table, ...]] = (
-    outbox_message,
-    outbox_webhook,
-    outbox_webhook_delivery,
-    outbox_event,
-)
+QUEUES: Final[tuple[Table, ...]] = tuple(BY_NAME.values())
 
 LANES: Final = """
 WITH pending AS (
