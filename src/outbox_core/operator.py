@@ -100,6 +100,8 @@ class AuditEntry:
     requeued_at: datetime
     previous_attempts: int
     previous_error: str | None
+    #: Why, as the operator said it (``outbox requeue --reason``).
+    reason: str | None = None
 
 
 @attrs.frozen

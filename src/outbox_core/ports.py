@@ -63,6 +63,10 @@ __all__ = [
 ]
 
 
+#: The longest requeue reason the audit keeps.
+_MAX_REASON = 500
+
+
 # --- parameter and result objects ---------------------------------------------------------------
 
 
@@ -101,6 +105,15 @@ class EnqueueResult:
     created: bool
 
 
+def _reason(_inst: object, _attribute: object, value: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        raise ValueError("a requeue reason is one line of printable text")
+    if len(value) > _MAX_REASON:
+        raise ValueError(f"a requeue reason is at most {_MAX_REASON} characters, got {len(value)}")
+
+
 @attrs.frozen
 class RequeueRequest:
     """Put failed rows back to pending with attempts reset (an operator's action, audited)."""
@@ -117,6 +130,8 @@ class RequeueRequest:
     failed_before: datetime | None = attrs.field(default=None, validator=optional_aware)
     #: Only rows whose last error contains this text.
     error_contains: str | None = None
+    #: Why (a ticket, a sentence): kept in the audit beside who and when. One line, 500 chars.
+    reason: str | None = attrs.field(default=None, validator=_reason)
 
 
 @attrs.frozen

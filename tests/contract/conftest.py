@@ -129,6 +129,9 @@ class MemoryHarness:
             (e.message_id, e.actor, e.previous_attempts, e.previous_error) for e in self.store.audit
         ]
 
+    async def reasons(self) -> list[str | None]:
+        return [e.reason for e in self.store.audit]
+
     async def store_unavailable(self) -> MemoryStore:
         store = MemoryStore(self.clock)
         store.available = False
@@ -185,6 +188,14 @@ class PostgresHarness:
                 (self.table.name,),
             )
             return [(r[0], r[1], r[2], r[3]) for r in await cur.fetchall()]
+
+    async def reasons(self) -> list[str | None]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT reason FROM outbox_requeue_audit WHERE queue = %s ORDER BY id",
+                (self.table.name,),
+            )
+            return [r[0] for r in await cur.fetchall()]
 
     async def store_unavailable(self) -> PostgresStore:
         # Nothing listens on port 1: the pool never gets a connection and times out at once.

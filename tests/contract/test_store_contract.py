@@ -641,6 +641,21 @@ async def test_requeue_puts_a_failed_row_back_with_attempts_reset_and_an_audit_r
     assert (again.id, again.attempts) == (row_id, 1)
 
 
+async def test_a_requeue_keeps_its_reason_in_the_audit(harness):
+    h = harness
+    with_reason = await failed_row(h, "451 4.3.0 try later")
+    without = await failed_row(h, "451 4.3.0 try later")
+    await h.store.requeue_failed(
+        RequeueRequest(actor=ACTOR, row_ids=(with_reason,), reason="OPS-42: relay fixed")
+    )
+    await h.store.requeue_failed(RequeueRequest(actor=ACTOR, row_ids=(without,)))
+    assert await h.reasons() == ["OPS-42: relay fixed", None]
+    with pytest.raises(ValueError, match="one line"):
+        RequeueRequest(actor=ACTOR, row_ids=(without,), reason="two\nlines")
+    with pytest.raises(ValueError, match="at most 500"):
+        RequeueRequest(actor=ACTOR, row_ids=(without,), reason="x" * 501)
+
+
 async def test_requeue_refuses_sent_pending_and_unknown_rows_and_says_why(harness):
     h = harness
     failed = await failed_row(h, "550 rejected")

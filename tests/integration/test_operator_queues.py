@@ -72,3 +72,28 @@ def test_every_queue_has_failed_get_requeue_and_stats(db: str) -> None:
     stats = outbox("stats", "--database-url", db, "--queue", "deliveries")
     assert stats.exit_code == 0, stats.output
     assert "hooks-test" in stats.stdout
+
+
+def test_schema_apply_adds_a_column_added_after_its_table_shipped(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("ALTER TABLE outbox_requeue_audit DROP COLUMN reason")  # an older database
+    assert schema.verify(db) == ["column outbox_requeue_audit.reason is missing"]
+    schema.apply(db)
+    assert schema.verify(db) == []
+
+
+def test_a_requeue_reason_is_kept_and_a_bad_one_refused(db: str) -> None:
+    row = _failed(db, "outbox_message", "mail", {"to": "a@example.org"}, "451 try later")
+    bad = outbox("requeue", str(row), "--database-url", db, "--reason", "two\nlines")
+    assert bad.exit_code == 2
+    assert "--reason" in bad.stderr
+    done = outbox("requeue", str(row), "--database-url", db, "--reason", "OPS-7", "--actor", "me")
+    assert done.exit_code == 0, done.output
+    assert "as me (OPS-7)" in done.stdout
+    assert query(db, "SELECT actor, reason FROM outbox_requeue_audit") == [("me", "OPS-7")]
+    late = _failed(db, "outbox_message", "mail", {"to": "b@example.org"}, "451 try later")
+    window = outbox(
+        "requeue", "--all-failed", "--before", "2000-01-01T00:00Z", "--database-url", db
+    )
+    assert "nothing requeued" in window.stdout
+    assert query(db, "SELECT status FROM outbox_message WHERE id = %s", late) == [("failed",)]

@@ -111,14 +111,16 @@ def failed_command(database_url: str, queue: str, lane: str | None, limit: int) 
         )
 
 
-def _since(value: str | None) -> datetime | None:
+def _since(value: str | None, flag: str = "--since") -> datetime | None:
     if value is None:
         return None
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
         raise setting_error(
-            "--since", "OUTBOX_REQUEUE_SINCE", f"{value!r} is not an ISO time (2026-05-01T12:00Z)"
+            flag,
+            f"OUTBOX_REQUEUE_{flag[2:].upper()}",
+            f"{value!r} is not an ISO time (2026-05-01T12:00Z)",
         ) from None
     # A time without an offset is read as UTC, the clock the database stores.
     return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
@@ -137,29 +139,67 @@ def _requeue_request(  # noqa: PLR0913 - one parameter per option
     *,
     all_failed: bool,
     since: str | None,
+    before: str | None,
     lane: str | None,
     error_contains: str | None,
     yes: bool,
     actor: str,
+    reason: str | None,
 ) -> RequeueRequest:
-    filters = since is not None or lane is not None or error_contains is not None
+    try:
+        return _request(
+            ids,
+            all_failed=all_failed,
+            since=since,
+            before=before,
+            lane=lane,
+            error_contains=error_contains,
+            yes=yes,
+            actor=actor,
+            reason=reason,
+        )
+    except ValueError as exc:  # the reason's own check (RequeueRequest)
+        raise setting_error("--reason", "OUTBOX_REQUEUE_REASON", str(exc)) from None
+
+
+def _request(  # noqa: PLR0913 - one parameter per option
+    ids: tuple[int, ...],
+    *,
+    all_failed: bool,
+    since: str | None,
+    before: str | None,
+    lane: str | None,
+    error_contains: str | None,
+    yes: bool,
+    actor: str,
+    reason: str | None,
+) -> RequeueRequest:
+    filters = any(f is not None for f in (since, before, lane, error_contains))
     if ids and all_failed:
         raise SettingError("give row ids or --all-failed, not both")
     if ids:
         if filters:
-            raise SettingError("--since, --lane and --error-contains go with --all-failed, not ids")
-        return RequeueRequest(actor=actor, row_ids=ids)
+            raise SettingError(
+                "--since, --before, --lane and --error-contains go with --all-failed, not ids"
+            )
+        return RequeueRequest(actor=actor, row_ids=ids, reason=reason)
     if not all_failed:
         raise SettingError("name the rows: give row ids, or --all-failed with filters")
     if not filters and not yes:
         raise setting_error(
             "--yes",
             "OUTBOX_REQUEUE_YES",
-            "--all-failed without --since/--lane/--error-contains requeues every failed row;"
+            "--all-failed without --since/--before/--lane/--error-contains requeues every failed"
+            " row;"
             " add --yes to confirm",
         )
     return RequeueRequest(
-        actor=actor, lane=lane, failed_since=_since(since), error_contains=error_contains
+        actor=actor,
+        lane=lane,
+        failed_since=_since(since),
+        failed_before=_since(before, "--before"),
+        error_contains=error_contains,
+        reason=reason,
     )
 
 
@@ -179,6 +219,12 @@ def _requeue_request(  # noqa: PLR0913 - one parameter per option
     metavar="ISO-TIME",
     help="Only rows that failed at or after this time (UTC if no offset).",
 )
+@option(
+    "--before",
+    env="OUTBOX_REQUEUE_BEFORE",
+    metavar="ISO-TIME",
+    help="Only rows that failed before this time (UTC if no offset).",
+)
 @lane_option(None, "Only rows of this lane.")
 @option(
     "--error-contains",
@@ -196,26 +242,36 @@ def _requeue_request(  # noqa: PLR0913 - one parameter per option
     show_default="$USER@host",
     help="Who requeues (kept in the audit table).",
 )
+@option(
+    "--reason",
+    env="OUTBOX_REQUEUE_REASON",
+    metavar="TEXT",
+    help="Why (a ticket, one line): kept in the audit table beside who and when.",
+)
 def requeue_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     ids: tuple[int, ...],
     database_url: str,
     queue: str,
     all_failed: bool,  # noqa: FBT001
     since: str | None,
+    before: str | None,
     lane: str | None,
     error_contains: str | None,
     yes: bool,  # noqa: FBT001
     actor: str,
+    reason: str | None,
 ) -> None:
     """Put failed rows back to pending (attempts reset, audited). Sent rows are refused."""
     request = _requeue_request(
         ids,
         all_failed=all_failed,
         since=since,
+        before=before,
         lane=lane,
         error_contains=error_contains,
         yes=yes,
         actor=actor,
+        reason=reason,
     )
 
     async def requeue() -> RequeueResult:
@@ -225,11 +281,12 @@ def requeue_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     result = run(requeue())
     if result.requeued:
         shown = ", ".join(str(row_id) for row_id in result.requeued)
-        click.echo(f"requeued {len(result.requeued)} row(s) as {actor}: {shown}")
+        said = f" ({reason})" if reason else ""
+        click.echo(f"requeued {len(result.requeued)} row(s) as {actor}{said}: {shown}")
     elif not result.refused:
         click.echo("no failed row matched; nothing requeued")
-    for row_id, reason in result.refused.items():
-        click.echo(f"refused {row_id}: {reason}")
+    for row_id, why in result.refused.items():
+        click.echo(f"refused {row_id}: {why}")
     if result.refused:
         raise Failure(f"{len(result.refused)} row(s) refused")
 

@@ -298,7 +298,7 @@ class MemoryStore(MemoryOperatorReads):
                 except RequeueRefused as refusal:
                     refused[wanted.get(row.id, row.id)] = str(refusal)
                 else:
-                    self._requeue(row, request.actor)
+                    self._requeue(row, request.actor, request.reason)
                     requeued.append(wanted.get(row.id, row.id))
         log_requeued(_log, requeued, request.actor)
         return RequeueResult(requeued=tuple(requeued), refused=refused)
@@ -314,7 +314,7 @@ class MemoryStore(MemoryOperatorReads):
             return None
         return row
 
-    def _requeue(self, row: Row, actor: str) -> None:
+    def _requeue(self, row: Row, actor: str, reason: str | None = None) -> None:
         now = self._clock.now()
         self.audit.append(
             AuditEntry(
@@ -323,6 +323,7 @@ class MemoryStore(MemoryOperatorReads):
                 requeued_at=now,
                 previous_attempts=row.attempts,
                 previous_error=row.last_error,
+                reason=reason,
             )
         )
         row.take(Event.REQUEUE)

@@ -105,7 +105,8 @@ class OperatorQueries:
             requeued: list[int] = []
             if accepted:
                 await cur.execute(
-                    self._sql(statements.REQUEUE), {"ids": accepted, "actor": request.actor}
+                    self._sql(statements.REQUEUE),
+                    {"ids": accepted, "actor": request.actor, "reason": request.reason},
                 )
                 requeued = sorted(r["message_id"] for r in await cur.fetchall())
         log_requeued(_log, requeued, request.actor)

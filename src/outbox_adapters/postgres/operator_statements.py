@@ -65,8 +65,9 @@ requeued AS (
       AND m.status = 'failed'
     RETURNING m.id, previous.attempts, previous.last_error
 )
-INSERT INTO outbox_requeue_audit (queue, message_id, actor, previous_attempts, previous_error)
-SELECT {queue_name}, id, %(actor)s, attempts, last_error FROM requeued
+INSERT INTO outbox_requeue_audit
+    (queue, message_id, actor, previous_attempts, previous_error, reason)
+SELECT {queue_name}, id, %(actor)s, attempts, last_error, %(reason)s::text FROM requeued
 RETURNING message_id
 """
 

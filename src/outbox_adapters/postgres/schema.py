@@ -18,7 +18,7 @@ from sqlalchemy import CheckConstraint, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from outbox_adapters.postgres.tables import metadata
+from outbox_adapters.postgres.tables import ADDED_LATER, metadata
 from outbox_adapters.postgres.triggers import triggers_of
 
 __all__ = ["apply", "ddl_sql", "ddl_statements", "trigger_statements", "verify"]
@@ -65,6 +65,14 @@ def ddl_statements() -> list[str]:
     out: list[str] = []
     for table in metadata.sorted_tables:
         out.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)).strip())
+        # Columns added after their table first shipped: a database made by an earlier release
+        # gets them here (nullable, so adding one is instant and needs no backfill).
+        out.extend(
+            f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS {column.name}"
+            f" {column.type.compile(dialect=dialect)}"
+            for column in table.columns
+            if column.info.get(ADDED_LATER) and column.nullable
+        )
         for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
             create = CreateIndex(index, if_not_exists=True)
             out.append(str(create.compile(dialect=dialect)).strip())

@@ -46,6 +46,7 @@ from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
 
 __all__ = [
+    "ADDED_LATER",
     "MESSAGE_STORAGE",
     "QUEUE_COLUMNS",
     "check_queue_table",
@@ -59,6 +60,10 @@ __all__ = [
     "outbox_stale_marks",
     "queue_table",
 ]
+
+#: Marks a column added after its table first shipped (``Column(..., info={ADDED_LATER: True})``,
+#: nullable): ``outbox schema apply`` adds it to a table an earlier release created.
+ADDED_LATER: Final = "leased_outbox.added_later"
 
 #: Every constraint and index gets a stable name, so Alembic migrations and ``schema verify`` agree.
 metadata: Final = MetaData(
@@ -305,6 +310,8 @@ outbox_requeue_audit: Final = Table(
     Column("requeued_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("previous_attempts", Integer, nullable=False),
     Column("previous_error", Text, nullable=True),
+    #: Why, as the operator said it (``outbox requeue --reason``).
+    Column("reason", Text, nullable=True, info={ADDED_LATER: True}),
 )
 
 #: Marks the fence refused, per queue table and lane (``outbox stats``). The mark statement bumps
