@@ -49,8 +49,9 @@ def test_every_queue_has_failed_get_requeue_and_stats(db: str) -> None:
 
     failed = outbox("failed", "--database-url", db, "--queue", "events")
     assert failed.exit_code == 0, failed.output
-    assert "failed events by error:" in failed.stdout
-    assert "the broker refuses this message: too big" in failed.stdout
+    assert "failed events by error class:" in failed.stdout
+    assert "the broker refuses this message  [" in failed.stdout  # the class, then its span
+    assert "the broker refuses this message: too big" in failed.stdout  # the row itself
     assert "no failed messages" in outbox("failed", "--database-url", db).stdout
 
     shown = outbox("get", str(event), "--database-url", db, "--queue", "events")
@@ -97,3 +98,16 @@ def test_a_requeue_reason_is_kept_and_a_bad_one_refused(db: str) -> None:
     )
     assert "nothing requeued" in window.stdout
     assert query(db, "SELECT status FROM outbox_message WHERE id = %s", late) == [("failed",)]
+
+
+def test_failed_groups_by_error_class_with_addresses_masked_unless_exact(db: str) -> None:
+    for to in ("a@x.example", "b@y.example"):
+        _failed(db, "outbox_message", "mail", {"to": to}, f"recipient {to} refused: SMTP 550 5.1.1")
+    _failed(db, "outbox_message", "mail", {"to": "c@z.example"}, "SMTP failure at tls: bad cert")
+    by_class = outbox("failed", "--database-url", db).stdout
+    lines = by_class.split("newest")[0]
+    assert "     2  recipient <address> refused  [" in lines
+    assert "     1  SMTP failure at tls  [" in lines
+    assert "a@x.example" not in lines
+    exact = outbox("failed", "--database-url", db, "--exact").stdout.split("newest")[0]
+    assert "recipient a@x.example refused: SMTP 550 5.1.1" in exact

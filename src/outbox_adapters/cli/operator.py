@@ -13,10 +13,11 @@ import getpass
 import json
 import os
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 import click
 
 from outbox_adapters.cli.options import (
@@ -32,9 +33,10 @@ from outbox_adapters.cli.options import (
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.queues import QUEUES
 from outbox_core.delivery import Status
-from outbox_core.operator import FailedReport, LaneStats, StoredRow
+from outbox_core.operator import ErrorGroup, FailedReport, LaneStats, StoredRow
 from outbox_core.ports import OperatorStore, RequeueRequest, RequeueResult
 from outbox_core.scrub import DEFAULT_SECRET_KEYS, ScrubRules
+from outbox_core.top import error_class
 
 __all__ = [
     "failed_command",
@@ -85,8 +87,21 @@ def _when(moment: datetime | None) -> str:
     show_default=True,
     help="Newest failed rows to list.",
 )
-def failed_command(database_url: str, queue: str, lane: str | None, limit: int) -> None:
-    """Failed rows, grouped by error, then the newest ones (ids, never payload values)."""
+@option(
+    "--exact",
+    env="OUTBOX_FAILED_EXACT",
+    is_flag=True,
+    help="Group by the exact error text instead of its class (addresses shown).",
+)
+def failed_command(
+    database_url: str,
+    queue: str,
+    lane: str | None,
+    limit: int,
+    exact: bool,  # noqa: FBT001
+) -> None:
+    """Failed rows grouped by error class (or exact error), then the newest ones by id (never
+    payload values)."""
 
     async def read() -> FailedReport:
         async with operator_store(database_url, queue) as store:
@@ -96,8 +111,9 @@ def failed_command(database_url: str, queue: str, lane: str | None, limit: int) 
     if not report.by_error:
         click.echo(f"no failed {queue}" + (f" in lane {lane}" if lane else ""))
         return
-    click.echo(f"failed {queue} by error:")
-    for group in report.by_error:
+    groups = report.by_error if exact else _by_class(report.by_error)
+    click.echo(f"failed {queue} by {'error' if exact else 'error class'}:")
+    for group in groups:
         click.echo(
             f"  {group.rows:>6}  {group.error or '(no error recorded)'}"
             f"  [{_when(group.first_failed_at)} .. {_when(group.last_failed_at)}]"
@@ -109,6 +125,27 @@ def failed_command(database_url: str, queue: str, lane: str | None, limit: int) 
             f"  {row.id:>10}  {row.lane:<12} {row.attempts:>8}  {_when(row.resolved_at):<25}"
             f"  {row.last_error or '-'}"
         )
+
+
+def _by_class(groups: Sequence[ErrorGroup]) -> list[ErrorGroup]:
+    """The exact-error groups folded into error classes (outbox_core.top.error_class: up to the
+    first colon, addresses masked), largest first."""
+    folded: dict[str | None, ErrorGroup] = {}
+    for group in groups:
+        name = error_class(group.error)
+        seen = folded.get(name)
+        if seen is None:
+            folded[name] = attrs.evolve(group, error=name)
+            continue
+        firsts = [t for t in (seen.first_failed_at, group.first_failed_at) if t is not None]
+        lasts = [t for t in (seen.last_failed_at, group.last_failed_at) if t is not None]
+        folded[name] = ErrorGroup(
+            error=name,
+            rows=seen.rows + group.rows,
+            first_failed_at=min(firsts, default=None),
+            last_failed_at=max(lasts, default=None),
+        )
+    return sorted(folded.values(), key=lambda g: (-g.rows, g.error is None, g.error or ""))
 
 
 def _since(value: str | None, flag: str = "--since") -> datetime | None:
