@@ -27,6 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
 from outbox_adapters.clock import SystemClock
+from outbox_adapters.deadletters import DeadLetters
 from outbox_adapters.feed import Feed, Principal
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.postgres import PostgresHeartbeat, PostgresStore, enqueue_async
@@ -64,6 +65,12 @@ def _authenticate(connection: Any) -> Principal | None:  # noqa: ANN401 - Starle
     return Principal.tenant_user(tenant) if tenant else None
 
 
+def _operator(request: Any) -> str | None:  # noqa: ANN401 - Starlette's Request
+    """The example's operator check for the dead-letter console (use your real one)."""
+    name = request.headers.get("x-operator")
+    return name if name == "ops" else None
+
+
 def create_app(settings: AppSettings) -> FastAPI:
     engine = create_async_engine(
         "postgresql+psycopg://",
@@ -71,6 +78,7 @@ def create_app(settings: AppSettings) -> FastAPI:
     )
     sessions = async_sessionmaker(engine, expire_on_commit=False)
     feed_box: dict[str, Feed] = {}
+    letters_box: dict[str, DeadLetters] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -84,6 +92,7 @@ def create_app(settings: AppSettings) -> FastAPI:
             Feed(settings.dsn, _authenticate, pool=pool) as feed,
         ):
             feed_box["feed"] = feed
+            letters_box["letters"] = DeadLetters(pool, _operator)
             store = PostgresStore(pool)
             worker = Worker(
                 store,
@@ -133,5 +142,9 @@ def create_app(settings: AppSettings) -> FastAPI:
     async def mounted_feed(scope: Any, receive: Any, send: Any) -> None:  # noqa: ANN401
         await feed_box["feed"].app(scope, receive, send)
 
+    async def mounted_letters(scope: Any, receive: Any, send: Any) -> None:  # noqa: ANN401
+        await letters_box["letters"].app(scope, receive, send)
+
     app.mount("/feed", mounted_feed)
+    app.mount("/ops/dead-letters", mounted_letters)
     return app

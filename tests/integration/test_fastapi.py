@@ -52,6 +52,10 @@ async def test_an_order_and_its_mail_commit_together_and_the_lifespans_worker_se
                 "/feed/notifications/unread-count", headers={"x-tenant": "t1"}
             )
             assert scoped.json() == {"unread": 0}
+            letters = "/ops/dead-letters/api/failed"
+            assert (await client.get(letters)).status_code == 401
+            ops = await client.get(letters, headers={"x-operator": "ops"})
+            assert (ops.status_code, ops.json()["rows"]) == (200, [])
     finally:
         server.should_exit = True
         await serving

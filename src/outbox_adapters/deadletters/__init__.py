@@ -1,0 +1,197 @@
+"""Dead letters in the browser: the failed rows of every outbox, and an audited requeue, as an ASGI
+app a host mounts behind its own authentication (issue 13 item 2).
+
+::
+
+    letters = DeadLetters(pool, authorize)     # authorize(request) -> operator name | None
+    app = Starlette(routes=[Mount("/ops/dead-letters", letters.app)])
+
+There is no default authorization: ``authorize`` is required, and it answers who is asking (the
+name goes into the requeue audit) or ``None`` (401). Nothing here is open by default.
+
+=====================================  ============================================================
+``GET  /``                             the page: per outbox, the failed rows by error class and the
+                                       newest rows, each with a requeue button
+``GET  /api/failed?queue=Q``           ``{"groups": [...], "rows": [...]}`` (no payload values)
+``POST /api/requeue``                  JSON ``{"queue": Q, "ids": [...], "reason": "..."}`` →
+                                       ``{"requeued": [...], "refused": {id: why}}``; audited with
+                                       the operator's name and the reason
+=====================================  ============================================================
+
+The requeue takes JSON only: a cross-site form can't send ``application/json`` without a CORS
+preflight the app never answers, so a page elsewhere can't requeue on an operator's behalf.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+
+from psycopg_pool import AsyncConnectionPool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route, Router
+
+from outbox_adapters.postgres import PostgresStore
+from outbox_adapters.postgres.queues import QUEUES
+from outbox_core.errors import StoreUnavailable
+from outbox_core.operator import ErrorGroup, StoredRow
+from outbox_core.ports import RequeueRequest
+from outbox_core.top import error_class
+
+__all__ = ["Authorize", "DeadLetters"]
+
+#: The host's authorization: the request in, the operator's name out (``None``: 401).
+Authorize = Callable[[Request], Awaitable[str | None] | str | None]
+
+_PAGE: Final = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
+_SCRIPT: Final = (Path(__file__).parent / "page.js").read_text(encoding="utf-8")
+_MAX_IDS: Final = 1000
+
+
+def _when(moment: Any) -> str | None:  # noqa: ANN401 - a datetime or None
+    return None if moment is None else moment.isoformat()
+
+
+def _group(group: ErrorGroup) -> dict[str, Any]:
+    return {
+        "error_class": group.error,
+        "rows": group.rows,
+        "first_failed_at": _when(group.first_failed_at),
+        "last_failed_at": _when(group.last_failed_at),
+    }
+
+
+def _row(row: StoredRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "lane": row.lane,
+        "attempts": row.attempts,
+        "failed_at": _when(row.resolved_at),
+        "error_class": error_class(row.last_error),
+        "requeueable": row.scrubbed_at is None,
+    }
+
+
+def _classes(groups: tuple[ErrorGroup, ...]) -> list[dict[str, Any]]:
+    folded: dict[str | None, dict[str, Any]] = {}
+    for group in groups:
+        shown = folded.setdefault(
+            error_class(group.error),
+            {"error_class": error_class(group.error), "rows": 0, "first": [], "last": []},
+        )
+        shown["rows"] += group.rows
+        shown["first"] += [group.first_failed_at] if group.first_failed_at else []
+        shown["last"] += [group.last_failed_at] if group.last_failed_at else []
+    return sorted(
+        (
+            {
+                "error_class": g["error_class"],
+                "rows": g["rows"],
+                "first_failed_at": _when(min(g["first"], default=None)),
+                "last_failed_at": _when(max(g["last"], default=None)),
+            }
+            for g in folded.values()
+        ),
+        key=lambda g: -g["rows"],
+    )
+
+
+class DeadLetters:
+    """The dead-letter console over ``pool`` (autocommit connections), behind ``authorize``."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], authorize: Authorize) -> None:
+        if not callable(authorize):
+            raise TypeError("DeadLetters needs an authorize(request) -> operator name | None")
+        self._pool = pool
+        self._authorize = authorize
+        self.app = Router(
+            routes=[
+                Route("/", self._page, methods=["GET"]),
+                Route("/page.js", self._script, methods=["GET"]),
+                Route("/api/failed", self._failed, methods=["GET"]),
+                Route("/api/requeue", self._requeue, methods=["POST"]),
+            ]
+        )
+
+    async def _operator(self, request: Request) -> str | None:
+        answer = self._authorize(request)
+        name = await answer if inspect.isawaitable(answer) else answer
+        return name if isinstance(name, str) and name else None
+
+    async def _page(self, request: Request) -> Response:
+        if await self._operator(request) is None:
+            return HTMLResponse("<h1>401: not authorized</h1>", status_code=401)
+        return HTMLResponse(_PAGE)
+
+    async def _script(self, request: Request) -> Response:
+        if await self._operator(request) is None:
+            return Response("", status_code=401)
+        return Response(_SCRIPT, media_type="text/javascript")
+
+    async def _failed(self, request: Request) -> Response:
+        if await self._operator(request) is None:
+            return JSONResponse({"error": "not authorized"}, status_code=401)
+        queue = request.query_params.get("queue", "messages")
+        if queue not in QUEUES:
+            return JSONResponse(
+                {"error": f"queue must be one of {', '.join(QUEUES)}"}, status_code=400
+            )
+        store = PostgresStore(self._pool, table=QUEUES[queue])
+        try:
+            report = await store.list_failed(limit=100)
+        except StoreUnavailable:
+            return JSONResponse({"error": "the database is unavailable"}, status_code=503)
+        finally:
+            await store.close()
+        return JSONResponse(
+            {"groups": _classes(report.by_error), "rows": [_row(r) for r in report.rows]}
+        )
+
+    async def _requeue(self, request: Request) -> Response:  # noqa: PLR0911 - one per refusal
+        operator = await self._operator(request)
+        if operator is None:
+            return JSONResponse({"error": "not authorized"}, status_code=401)
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return JSONResponse({"error": "send JSON (application/json)"}, status_code=415)
+        try:
+            body = json.loads(await request.body())
+            queue, ids, reason = body["queue"], body["ids"], body.get("reason") or None
+        except (ValueError, KeyError, TypeError):
+            return JSONResponse(
+                {"error": 'expected {"queue": ..., "ids": [...], "reason": ...}'},
+                status_code=400,
+            )
+        if queue not in QUEUES:
+            return JSONResponse(
+                {"error": f"queue must be one of {', '.join(QUEUES)}"}, status_code=400
+            )
+        if (
+            not isinstance(ids, list)
+            or not ids
+            or len(ids) > _MAX_IDS
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in ids)
+        ):
+            return JSONResponse(
+                {"error": f"ids must be 1 to {_MAX_IDS} positive row ids"}, status_code=400
+            )
+        try:
+            request_ = RequeueRequest(actor=operator, row_ids=tuple(ids), reason=reason)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        store = PostgresStore(self._pool, table=QUEUES[queue])
+        try:
+            result = await store.requeue_failed(request_)
+        except StoreUnavailable:
+            return JSONResponse({"error": "the database is unavailable"}, status_code=503)
+        finally:
+            await store.close()
+        return JSONResponse(
+            {
+                "requeued": list(result.requeued),
+                "refused": {str(k): v for k, v in result.refused.items()},
+            }
+        )

@@ -1,0 +1,165 @@
+"""The dead-letter console (outbox_adapters.deadletters) mounted in a host app on a real server and
+database: closed without the host's authorization, failed rows by class, an audited requeue over
+JSON only, scrubbed rows refused; and the page in headless Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import uvicorn
+from playwright.async_api import async_playwright, expect
+from psycopg_pool import AsyncConnectionPool
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Mount
+from tests.support.postgres import query, scratch_database
+
+from examples.signup_service.serve import free_port
+from outbox_adapters.deadletters import DeadLetters
+from outbox_adapters.postgres import schema
+
+pytestmark = pytest.mark.integration
+
+BASE = "/ops/dead-letters"
+
+
+@pytest.fixture
+def db(postgres_server: str) -> Iterator[str]:
+    with scratch_database(postgres_server, "dlq") as dsn:
+        schema.apply(dsn)
+        yield dsn
+
+
+def _row(dsn: str, status: str, error: str | None, *, scrubbed: bool = False) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = conn.execute(
+            "INSERT INTO outbox_message (lane, payload, status, attempts, resolved_at, last_error,"
+            " claim_token, scrubbed_at) VALUES ('mail', '{\"to\": \"x@example.org\"}', %s, 5,"
+            " now(), %s, 't', CASE WHEN %s THEN now() END) RETURNING id",
+            (status, error, scrubbed),
+        ).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def authorize(request: Request) -> str | None:
+    """The host's authorization in these tests: a header naming the operator."""
+    return request.headers.get("x-operator")
+
+
+@pytest.fixture
+async def console(db: str) -> AsyncIterator[str]:
+    async with AsyncConnectionPool(
+        db, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False
+    ) as pool:
+        letters = DeadLetters(pool, authorize)
+        app = Starlette(routes=[Mount(BASE, app=letters.app)])
+        port = free_port()
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        )
+        serving = asyncio.create_task(server.serve())
+        try:
+            while not server.started:
+                assert not serving.done()
+                await asyncio.sleep(0.02)
+            yield f"http://127.0.0.1:{port}{BASE}"
+        finally:
+            server.should_exit = True
+            await serving
+
+
+def test_there_is_no_default_authorization(db: str) -> None:
+    with pytest.raises(TypeError, match="authorize"):
+        DeadLetters(object(), None)  # type: ignore[arg-type]
+
+
+async def test_closed_without_the_hosts_authorization(console: str) -> None:
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(f"{console}/")).status_code == 401
+        assert (await client.get(f"{console}/api/failed")).status_code == 401
+        posted = await client.post(f"{console}/api/requeue", json={"queue": "messages", "ids": [1]})
+        assert posted.status_code == 401
+
+
+async def test_failed_rows_by_class_and_an_audited_requeue_over_json_only(
+    db: str, console: str
+) -> None:
+    bounced = _row(db, "failed", "recipient a@x.example refused: SMTP 550 5.1.1")
+    _row(db, "failed", "recipient b@y.example refused: SMTP 550 5.1.1")
+    sent = _row(db, "dispatched", None, scrubbed=True)
+    ops = {"x-operator": "ann"}
+    async with httpx.AsyncClient(headers=ops) as client:
+        report = (await client.get(f"{console}/api/failed")).json()
+        assert [(g["error_class"], g["rows"]) for g in report["groups"]] == [
+            ("recipient <address> refused", 2)
+        ]
+        assert "a@x.example" not in json.dumps(report)
+        assert {r["id"] for r in report["rows"]} == {bounced, bounced + 1}
+        form = await client.post(f"{console}/api/requeue", data={"queue": "messages", "ids": "1"})
+        assert form.status_code == 415  # a cross-site form can't requeue
+        bad = await client.post(f"{console}/api/requeue", json={"queue": "mail", "ids": [bounced]})
+        assert bad.status_code == 400
+        odd = await client.post(f"{console}/api/requeue", json={"queue": "messages", "ids": [True]})
+        assert odd.status_code == 400
+        done = await client.post(
+            f"{console}/api/requeue",
+            json={"queue": "messages", "ids": [bounced, sent], "reason": "OPS-9 fixed"},
+        )
+        assert done.status_code == 200
+        answer = done.json()
+        assert answer["requeued"] == [bounced]
+        assert "scrubbed when it was marked" in answer["refused"][str(sent)]
+    assert query(db, "SELECT message_id, actor, reason FROM outbox_requeue_audit") == [
+        (bounced, "ann", "OPS-9 fixed")
+    ]
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(found).exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("no chromium: .ci/run installs Debian's package when it is missing")
+        pytest.skip("no chromium (apt-get install -y chromium)")
+    return found
+
+
+async def test_the_page_requeues_a_row_with_its_reason_in_chromium(db: str, console: str) -> None:
+    failed = _row(db, "failed", "SMTP failure at connect: timed out")
+    _row(db, "failed", "SMTP failure at tls: bad certificate")
+    async with async_playwright() as driver:
+        browser = await driver.chromium.launch(
+            executable_path=_chromium(), headless=True, args=["--no-sandbox"]
+        )
+        try:
+            context = await browser.new_context(extra_http_headers={"x-operator": "bob"})
+            page = await context.new_page()
+            await page.goto(f"{console}/")
+            row = page.locator(f"#rows tr[data-id='{failed}']")
+            await expect(row).to_contain_text("SMTP failure at connect")
+            await expect(page.locator("#groups tbody tr")).to_have_count(2)
+            await page.fill("#reason", "OPS-11: relay back")
+            await row.locator("button.requeue").click()
+            await expect(page.locator("#status")).to_have_text(f"requeued {failed}")
+            await expect(page.locator("#rows tbody tr")).to_have_count(1)  # the other one stays
+            shots = (
+                Path(os.environ.get("OUTBOX_SCREENSHOTS", ""))
+                if os.environ.get("OUTBOX_SCREENSHOTS")
+                else None
+            )
+            if shots is not None:
+                await page.screenshot(path=str(shots / "dead-letters.png"))
+        finally:
+            await browser.close()
+    assert query(db, "SELECT actor, reason FROM outbox_requeue_audit") == [
+        ("bob", "OPS-11: relay back")
+    ]
+    assert query(db, "SELECT status FROM outbox_message WHERE id = %s", failed) == [("pending",)]
