@@ -463,6 +463,7 @@ def test_the_ddl_is_idempotent_and_verify_names_what_is_missing(postgres_dsn: st
         assert schema.verify(private) == [
             "table outbox_channel_parked is missing",
             "table outbox_event is missing",
+            "table outbox_heartbeat is missing",
             "table outbox_leader is missing",
             "table outbox_message is missing",
             "table outbox_notification is missing",
