@@ -24,6 +24,7 @@ from outbox_core.timing import LaneTiming
 
 __all__ = [
     "DEFAULT_MAX_SKEW",
+    "HEARTBEAT_BUDGET",
     "HEARTBEAT_INTERVAL",
     "Beat",
     "Check",
@@ -36,6 +37,10 @@ __all__ = [
 
 #: How often a worker writes its heartbeat (at most; its loop decides when it can).
 HEARTBEAT_INTERVAL: Final = timedelta(seconds=10)
+#: How long a heartbeat write may take before the loop goes on without it: short, so a database
+#: that has gone silent (a partition) costs the loop this much, not a whole claim budget, and a
+#: stop request waits for it no longer.
+HEARTBEAT_BUDGET: Final = timedelta(seconds=2)
 #: How far this host's clock may be from the database's: every lease and due time is stamped in
 #: database time, but a host whose clock is far off writes logs and traces no one can line up, and
 #: usually has NTP broken.

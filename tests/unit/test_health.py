@@ -14,6 +14,7 @@ from outbox_adapters.runtime import Worker
 from outbox_core.errors import StoreUnavailable
 from outbox_core.event_timing import RelayTiming
 from outbox_core.health import (
+    HEARTBEAT_BUDGET,
     HEARTBEAT_INTERVAL,
     Beat,
     LeaderSeen,
@@ -156,3 +157,27 @@ async def test_a_leader_gated_worker_says_whether_it_leads_and_a_failing_beat_st
     stats = await asyncio.wait_for(worker.run(drain=True), timeout=5)
     assert stats.dispatched == 1  # the heartbeat failed; the work did not
     assert [leading for *_, leading in beats.beats] == [True]
+
+
+class HangingBeats:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def beat(
+        self, lane: str, holder: str, *, stale_after: timedelta, leading: bool | None
+    ) -> None:
+        self.calls += 1
+        await asyncio.Event().wait()  # a database gone silent
+
+
+async def test_a_heartbeat_that_hangs_costs_the_loop_its_short_budget_and_no_more() -> None:
+    clock = FakeClock(T0)
+    store = MemoryStore(clock=clock)
+    store.enqueue(NewMessage("email", {"n": 1}))
+    beats = HangingBeats()
+    handler = RecordingHandler()
+    worker = Worker(store, handler, email_lane(poll_interval=0.001), clock=clock, heartbeat=beats)
+    stats = await asyncio.wait_for(
+        worker.run(drain=True), timeout=HEARTBEAT_BUDGET.total_seconds() + 5
+    )
+    assert (stats.dispatched, beats.calls) == (1, 1)

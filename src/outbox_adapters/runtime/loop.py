@@ -30,7 +30,7 @@ from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.runtime.report import BatchReport, WorkerStats
 from outbox_adapters.wakeup import Wakeup
 from outbox_core.errors import StoreUnavailable
-from outbox_core.health import heartbeat_due, stale_after
+from outbox_core.health import HEARTBEAT_BUDGET, heartbeat_due, stale_after
 from outbox_core.lease import BatchClock
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.ports import (
@@ -155,7 +155,7 @@ class Worker:
             return
         self._last_beat = self.clock.monotonic()
         try:
-            async with asyncio.timeout(self.config.claim_budget.total_seconds()):
+            async with asyncio.timeout(HEARTBEAT_BUDGET.total_seconds()):
                 await self.heartbeat.beat(
                     self.config.lane,
                     self.holder,
