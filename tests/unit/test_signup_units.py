@@ -82,7 +82,14 @@ def test_confirmation_links_are_signed_and_expire(monkeypatch: pytest.MonkeyPatc
     assert link.startswith("https://app.example/confirm?token=")
     token = link.split("token=")[1]
     assert links.user_of(token) == "user-1"
-    assert links.user_of(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    # Altered payload, altered signature: each refused. (Not the signature's last character: its
+    # low bits are base64 padding, so some replacements decode to the same bytes.)
+    payload, _, rest = token.partition(".")
+    altered = ("A" if payload[0] != "A" else "B") + payload[1:]
+    assert links.user_of(f"{altered}.{rest}") is None
+    signature = token.rsplit(".", 1)[1]
+    forged = token[: -len(signature)] + ("A" if signature[0] != "A" else "B") + signature[1:]
+    assert links.user_of(forged) is None
     assert ConfirmLinks("j" * 32, "https://app.example", max_age=60).user_of(token) is None
     later = ConfirmLinks("k" * 32, "https://app.example", max_age=60)
     monkeypatch.setattr("itsdangerous.timed.time.time", lambda: 10**10)
