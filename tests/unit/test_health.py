@@ -105,6 +105,18 @@ def test_a_lane_without_a_live_leader_fails_unless_not_required() -> None:
     assert not healthy(assess(lane="l", host="h", skew=timedelta(0), beats=[], leader=None))
 
 
+class CountingClaims(MemoryStore):
+    """The in-memory store, counting claims (one per turn of the worker's loop)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.claims: list[object] = []
+
+    async def claim_due(self, request):
+        self.claims.append(request)
+        return await super().claim_due(request)
+
+
 class Beats:
     def __init__(self, *, fail: bool = False) -> None:
         self.beats: list[tuple[str, str, timedelta, bool | None]] = []
@@ -120,16 +132,23 @@ class Beats:
 
 async def test_the_loop_beats_once_per_interval_with_its_lanes_bound() -> None:
     clock = FakeClock(T0)
-    store = MemoryStore(clock=clock)
+    store = CountingClaims(clock=clock)
     beats = Beats()
     config = email_lane(poll_interval=0.001)
     worker = Worker(store, RecordingHandler(), config, clock=clock, holder="me", heartbeat=beats)
 
+    async def turns(count: int) -> None:
+        """Let the loop turn ``count`` times (each claim is one turn), the clock standing still."""
+        target = len(store.claims) + count
+        async with asyncio.timeout(10):
+            while len(store.claims) < target:  # noqa: ASYNC110 - the worker counts, not signals
+                await asyncio.sleep(0.001)
+
     async def turn_then_stop() -> None:
-        await asyncio.sleep(0.05)  # many turns of the loop, the clock standing still
+        await turns(5)
         assert len(beats.beats) == 1
         clock.advance(HEARTBEAT_INTERVAL)
-        await asyncio.sleep(0.05)
+        await turns(5)
         worker.request_stop()
 
     await asyncio.gather(worker.run(), turn_then_stop())
