@@ -14,7 +14,9 @@ from typing import Any, Final
 
 import attrs
 
-__all__ = ["SPARKS", "LaneRow", "error_class", "sparkline"]
+from outbox_core.operator import ErrorGroup
+
+__all__ = ["SPARKS", "LaneRow", "error_class", "error_classes", "sparkline"]
 
 SPARKS: Final = "▁▂▃▄▅▆▇█"
 _ADDRESS: Final = re.compile(r"\S+@\S+")
@@ -28,6 +30,27 @@ def error_class(error: str | None) -> str | None:
         return None
     head = _ADDRESS.sub("<address>", error.split(":", 1)[0]).strip()
     return head[:_MAX_CLASS] or None
+
+
+def error_classes(groups: Sequence[ErrorGroup]) -> list[ErrorGroup]:
+    """Exact-error groups folded into error classes (:func:`error_class`), largest first: what
+    ``outbox failed`` and the dead-letter page show."""
+    folded: dict[str | None, ErrorGroup] = {}
+    for group in groups:
+        name = error_class(group.error)
+        seen = folded.get(name)
+        if seen is None:
+            folded[name] = attrs.evolve(group, error=name)
+            continue
+        firsts = [t for t in (seen.first_failed_at, group.first_failed_at) if t is not None]
+        lasts = [t for t in (seen.last_failed_at, group.last_failed_at) if t is not None]
+        folded[name] = ErrorGroup(
+            error=name,
+            rows=seen.rows + group.rows,
+            first_failed_at=min(firsts, default=None),
+            last_failed_at=max(lasts, default=None),
+        )
+    return sorted(folded.values(), key=lambda g: (-g.rows, g.error is None, g.error or ""))
 
 
 def sparkline(values: Sequence[float]) -> str:

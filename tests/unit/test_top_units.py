@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from outbox_core.top import SPARKS, LaneRow, error_class, sparkline
+from datetime import UTC, datetime
+
+from outbox_core.operator import ErrorGroup
+from outbox_core.top import SPARKS, LaneRow, error_class, error_classes, sparkline
 
 
 def test_an_error_class_is_its_head_with_addresses_masked() -> None:
@@ -30,3 +33,20 @@ def test_a_lane_row_is_plain_json() -> None:
     row = LaneRow(queue="outbox_message", lane="email", pending=2, leader="h:1", term=3)
     assert row.as_json()["pending"] == 2
     assert row.as_json()["leader"] == "h:1"
+
+
+def test_error_groups_fold_into_classes_largest_first() -> None:
+    t1, t2, t3 = (datetime(2030, 1, d, tzinfo=UTC) for d in (1, 2, 3))
+    folded = error_classes(
+        [
+            ErrorGroup("recipient a@x.example refused: SMTP 550", 2, t2, t2),
+            ErrorGroup("SMTP failure at tls: bad cert", 1, t1, t1),
+            ErrorGroup("recipient b@y.example refused: SMTP 550", 3, t1, t3),
+            ErrorGroup(None, 1, None, None),
+        ]
+    )
+    assert folded == [
+        ErrorGroup("recipient <address> refused", 5, t1, t3),
+        ErrorGroup("SMTP failure at tls", 1, t1, t1),
+        ErrorGroup(None, 1, None, None),
+    ]

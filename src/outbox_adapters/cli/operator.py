@@ -13,11 +13,10 @@ import getpass
 import json
 import os
 import socket
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import attrs
 import click
 
 from outbox_adapters.cli.options import (
@@ -33,10 +32,10 @@ from outbox_adapters.cli.options import (
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.queues import QUEUES
 from outbox_core.delivery import Status
-from outbox_core.operator import ErrorGroup, FailedReport, LaneStats, StoredRow
+from outbox_core.operator import FailedReport, LaneStats, StoredRow
 from outbox_core.ports import OperatorStore, RequeueRequest, RequeueResult
 from outbox_core.scrub import DEFAULT_SECRET_KEYS, ScrubRules
-from outbox_core.top import error_class
+from outbox_core.top import error_classes
 
 __all__ = [
     "failed_command",
@@ -111,7 +110,7 @@ def failed_command(
     if not report.by_error:
         click.echo(f"no failed {queue}" + (f" in lane {lane}" if lane else ""))
         return
-    groups = report.by_error if exact else _by_class(report.by_error)
+    groups = report.by_error if exact else error_classes(report.by_error)
     click.echo(f"failed {queue} by {'error' if exact else 'error class'}:")
     for group in groups:
         click.echo(
@@ -125,27 +124,6 @@ def failed_command(
             f"  {row.id:>10}  {row.lane:<12} {row.attempts:>8}  {_when(row.resolved_at):<25}"
             f"  {row.last_error or '-'}"
         )
-
-
-def _by_class(groups: Sequence[ErrorGroup]) -> list[ErrorGroup]:
-    """The exact-error groups folded into error classes (outbox_core.top.error_class: up to the
-    first colon, addresses masked), largest first."""
-    folded: dict[str | None, ErrorGroup] = {}
-    for group in groups:
-        name = error_class(group.error)
-        seen = folded.get(name)
-        if seen is None:
-            folded[name] = attrs.evolve(group, error=name)
-            continue
-        firsts = [t for t in (seen.first_failed_at, group.first_failed_at) if t is not None]
-        lasts = [t for t in (seen.last_failed_at, group.last_failed_at) if t is not None]
-        folded[name] = ErrorGroup(
-            error=name,
-            rows=seen.rows + group.rows,
-            first_failed_at=min(firsts, default=None),
-            last_failed_at=max(lasts, default=None),
-        )
-    return sorted(folded.values(), key=lambda g: (-g.rows, g.error is None, g.error or ""))
 
 
 def _since(value: str | None, flag: str = "--since") -> datetime | None:
@@ -172,34 +150,6 @@ def _default_actor() -> str:
 
 
 def _requeue_request(  # noqa: PLR0913 - one parameter per option
-    ids: tuple[int, ...],
-    *,
-    all_failed: bool,
-    since: str | None,
-    before: str | None,
-    lane: str | None,
-    error_contains: str | None,
-    yes: bool,
-    actor: str,
-    reason: str | None,
-) -> RequeueRequest:
-    try:
-        return _request(
-            ids,
-            all_failed=all_failed,
-            since=since,
-            before=before,
-            lane=lane,
-            error_contains=error_contains,
-            yes=yes,
-            actor=actor,
-            reason=reason,
-        )
-    except ValueError as exc:  # the reason's own check (RequeueRequest)
-        raise setting_error("--reason", "OUTBOX_REQUEUE_REASON", str(exc)) from None
-
-
-def _request(  # noqa: PLR0913 - one parameter per option
     ids: tuple[int, ...],
     *,
     all_failed: bool,
@@ -299,17 +249,20 @@ def requeue_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     reason: str | None,
 ) -> None:
     """Put failed rows back to pending (attempts reset, audited). Sent rows are refused."""
-    request = _requeue_request(
-        ids,
-        all_failed=all_failed,
-        since=since,
-        before=before,
-        lane=lane,
-        error_contains=error_contains,
-        yes=yes,
-        actor=actor,
-        reason=reason,
-    )
+    try:
+        request = _requeue_request(
+            ids,
+            all_failed=all_failed,
+            since=since,
+            before=before,
+            lane=lane,
+            error_contains=error_contains,
+            yes=yes,
+            actor=actor,
+            reason=reason,
+        )
+    except ValueError as exc:  # the reason's own check (RequeueRequest)
+        raise setting_error("--reason", "OUTBOX_REQUEUE_REASON", str(exc)) from None
 
     async def requeue() -> RequeueResult:
         async with operator_store(database_url, queue) as store:

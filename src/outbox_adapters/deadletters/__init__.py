@@ -40,7 +40,7 @@ from outbox_adapters.postgres.queues import QUEUES
 from outbox_core.errors import StoreUnavailable
 from outbox_core.operator import ErrorGroup, StoredRow
 from outbox_core.ports import RequeueRequest
-from outbox_core.top import error_class
+from outbox_core.top import error_class, error_classes
 
 __all__ = ["Authorize", "DeadLetters"]
 
@@ -74,30 +74,6 @@ def _row(row: StoredRow) -> dict[str, Any]:
         "error_class": error_class(row.last_error),
         "requeueable": row.scrubbed_at is None,
     }
-
-
-def _classes(groups: tuple[ErrorGroup, ...]) -> list[dict[str, Any]]:
-    folded: dict[str | None, dict[str, Any]] = {}
-    for group in groups:
-        shown = folded.setdefault(
-            error_class(group.error),
-            {"error_class": error_class(group.error), "rows": 0, "first": [], "last": []},
-        )
-        shown["rows"] += group.rows
-        shown["first"] += [group.first_failed_at] if group.first_failed_at else []
-        shown["last"] += [group.last_failed_at] if group.last_failed_at else []
-    return sorted(
-        (
-            {
-                "error_class": g["error_class"],
-                "rows": g["rows"],
-                "first_failed_at": _when(min(g["first"], default=None)),
-                "last_failed_at": _when(max(g["last"], default=None)),
-            }
-            for g in folded.values()
-        ),
-        key=lambda g: -g["rows"],
-    )
 
 
 class DeadLetters:
@@ -148,7 +124,10 @@ class DeadLetters:
         finally:
             await store.close()
         return JSONResponse(
-            {"groups": _classes(report.by_error), "rows": [_row(r) for r in report.rows]}
+            {
+                "groups": [_group(g) for g in error_classes(report.by_error)],
+                "rows": [_row(r) for r in report.rows],
+            }
         )
 
     async def _requeue(self, request: Request) -> Response:  # noqa: PLR0911 - one per refusal
