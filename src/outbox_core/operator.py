@@ -20,6 +20,8 @@ __all__ = [
     "ErrorGroup",
     "FailedReport",
     "LaneStats",
+    "ParkedEvent",
+    "ParkedReport",
     "PayloadRewrites",
     "StoreStats",
     "StoredRow",
@@ -117,3 +119,25 @@ class PayloadRewrites:
     #: Rows whose payload changed between the read and the write (a worker marked them): left as
     #: they were.
     changed: tuple[int, ...]
+
+
+@attrs.frozen
+class ParkedEvent:
+    """One recipient kind of one event that a consumer channel parked on the dead-letter
+    destination (PostgreSQL: a row of ``outbox_channel_parked``). The event itself is on the
+    broker's ``<topic>.dlq``: it is put back with ``outbox events dlq redrive``, not requeued."""
+
+    channel: str
+    event_id: str
+    kind: str
+    reason: str
+    attempts: int
+    parked_at: datetime
+
+
+@attrs.frozen
+class ParkedReport:
+    """The newest parked events, and every parked event grouped by reason."""
+
+    rows: tuple[ParkedEvent, ...]
+    by_error: tuple[ErrorGroup, ...]

@@ -27,11 +27,13 @@ import psycopg
 import pytest
 from click.testing import Result
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool
 from tests.support.cli import one_line_error, outbox
 from tests.support.postgres import query
 
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.postgres import outbox_message, schema, statements
+from outbox_adapters.postgres.channels import PostgresParkLedger
 
 pytestmark = pytest.mark.integration
 
@@ -447,6 +449,26 @@ def test_failed_lists_a_bounced_row_without_its_payload(dsn, lane, sink):
     # of the payload is.
     assert "recipient bounce-me@example.com refused: SMTP 550 5.1.1" in result.stdout
     assert "Reset your password" not in result.output
+
+
+def test_failed_lists_parked_events_by_class_with_the_redrive_command(dsn, lane):
+    async def park() -> None:
+        async with AsyncConnectionPool(dsn, kwargs={"autocommit": True}, open=False) as pool:
+            ledger = PostgresParkLedger(pool)
+            for event in ("e-1", "e-2"):
+                await ledger.record(
+                    lane, event, "tenant_welcome", reason="no admin address: event 1", attempts=2
+                )
+
+    asyncio.run(park())
+    result = outbox("failed", "--database-url", dsn, "--queue", "parked", "--lane", lane)
+
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^\s+2\s+no admin address\s", result.stdout, re.MULTILINE), result.stdout
+    assert re.search(rf"^\s+e-2\s+{lane}\s+tenant_welcome\s+2\s", result.stdout, re.MULTILINE)
+    assert "outbox events dlq redrive" in result.stdout
+    empty = outbox("failed", "--database-url", dsn, "--queue", "parked", "--lane", lane + "-x")
+    assert f"no parked events in channel {lane}-x" in empty.stdout
 
 
 def test_requeue_puts_a_failed_row_back_and_refuses_a_sent_one(dsn, lane, sink):

@@ -25,6 +25,7 @@ from tests.support.postgres import query, scratch_database
 from examples.signup_service.serve import free_port
 from outbox_adapters.deadletters import DeadLetters
 from outbox_adapters.postgres import schema
+from outbox_adapters.postgres.channels import PostgresParkLedger
 
 pytestmark = pytest.mark.integration
 
@@ -150,6 +151,11 @@ async def test_the_page_requeues_a_row_with_its_reason_in_chromium(db: str, cons
             await row.locator("button.requeue").click()
             await expect(page.locator("#status")).to_have_text(f"requeued {failed}")
             await expect(page.locator("#rows tbody tr")).to_have_count(1)  # the other one stays
+            await _park(db, "ev-page", reason="no admin address: ev-page")
+            await page.select_option("#queue", "parked")
+            parked = page.locator("#rows tr[data-id='ev-page']")
+            await expect(parked).to_contain_text("outbox events dlq redrive")
+            await expect(parked.locator("button")).to_have_count(0)
             shots = (
                 Path(os.environ.get("OUTBOX_SCREENSHOTS", ""))
                 if os.environ.get("OUTBOX_SCREENSHOTS")
@@ -163,3 +169,36 @@ async def test_the_page_requeues_a_row_with_its_reason_in_chromium(db: str, cons
         ("bob", "OPS-11: relay back")
     ]
     assert query(db, "SELECT status FROM outbox_message WHERE id = %s", failed) == [("pending",)]
+
+
+async def _park(dsn: str, event: str, *, reason: str, channel: str = "notification-email") -> None:
+    async with AsyncConnectionPool(dsn, kwargs={"autocommit": True}, open=False) as pool:
+        await PostgresParkLedger(pool).record(
+            channel, event, "tenant_welcome", reason=reason, attempts=3
+        )
+
+
+async def test_parked_events_are_listed_by_reason_and_not_requeued_here(
+    db: str, console: str
+) -> None:
+    for event in ("ev-1", "ev-2"):
+        await _park(db, event, reason="recipient admin@x.example refused: SMTP 550 5.1.1")
+    await _park(db, "ev-3", reason="no event", channel="notification-inapp")
+    async with httpx.AsyncClient(headers={"x-operator": "ann"}) as client:
+        report = (await client.get(f"{console}/api/failed?queue=parked")).json()
+        assert [(g["error_class"], g["rows"]) for g in report["groups"]] == [
+            ("recipient <address> refused", 2),
+            ("no event", 1),
+        ]
+        assert "admin@x.example" not in json.dumps(report)
+        rows = {r["id"]: r for r in report["rows"]}
+        assert set(rows) == {"ev-1", "ev-2", "ev-3"}
+        assert rows["ev-1"]["lane"] == "notification-email / tenant_welcome"
+        assert rows["ev-3"]["lane"] == "notification-inapp / tenant_welcome"
+        assert not rows["ev-1"]["requeueable"]
+        assert "outbox events dlq redrive" in rows["ev-1"]["note"]
+        refused = await client.post(
+            f"{console}/api/requeue", json={"queue": "parked", "ids": [1], "reason": "x"}
+        )
+        assert refused.status_code == 400
+        assert "dlq redrive" in refused.json()["error"]

@@ -27,11 +27,11 @@ from outbox_adapters.cli.demo import demo_command
 from outbox_adapters.cli.endpoints import endpoints_group
 from outbox_adapters.cli.enqueue import enqueue_group
 from outbox_adapters.cli.events import dlq_group, publish_command, relay_command
+from outbox_adapters.cli.failed import failed_command
 from outbox_adapters.cli.feed import feed_group
 from outbox_adapters.cli.health import healthcheck_command
 from outbox_adapters.cli.keys import keys_group
 from outbox_adapters.cli.operator import (
-    failed_command,
     get_command,
     requeue_command,
     stats_command,

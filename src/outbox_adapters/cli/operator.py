@@ -1,4 +1,5 @@
-"""The operator's view of the rows: ``outbox get``, ``failed``, ``requeue`` and ``stats``.
+"""The operator's view of the rows: ``outbox get``, ``requeue`` and ``stats`` (``failed`` is in
+:mod:`outbox_adapters.cli.failed`).
 
 Every command talks to the store through :class:`outbox_core.ports.OperatorStore` (built by
 :func:`operator_store`), never through SQL. ``outbox get`` shows a payload with its secret values
@@ -32,19 +33,18 @@ from outbox_adapters.cli.options import (
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.queues import QUEUES
 from outbox_core.delivery import Status
-from outbox_core.operator import FailedReport, LaneStats, StoredRow
+from outbox_core.operator import LaneStats, StoredRow
 from outbox_core.ports import OperatorStore, RequeueRequest, RequeueResult
 from outbox_core.scrub import DEFAULT_SECRET_KEYS, ScrubRules
-from outbox_core.top import error_classes
 
 __all__ = [
-    "failed_command",
     "get_command",
     "operator_store",
     "requeue_command",
     "shown_row",
     "stats_command",
     "stats_table",
+    "when",
 ]
 
 
@@ -70,60 +70,9 @@ def queue_option(command: Any) -> Any:  # noqa: ANN401 - a click command
     )(command)
 
 
-def _when(moment: datetime | None) -> str:
+def when(moment: datetime | None) -> str:
+    """An instant as the operator commands print it (UTC, seconds; ``-`` for none)."""
     return "-" if moment is None else moment.astimezone(UTC).isoformat(timespec="seconds")
-
-
-@click.command("failed")
-@database_url()
-@queue_option
-@lane_option(None, "Only this lane.")
-@option(
-    "--limit",
-    env="OUTBOX_FAILED_LIMIT",
-    type=click.IntRange(min=1),
-    default=50,
-    show_default=True,
-    help="Newest failed rows to list.",
-)
-@option(
-    "--exact",
-    env="OUTBOX_FAILED_EXACT",
-    is_flag=True,
-    help="Group by the exact error text instead of its class (addresses shown).",
-)
-def failed_command(
-    database_url: str,
-    queue: str,
-    lane: str | None,
-    limit: int,
-    exact: bool,  # noqa: FBT001
-) -> None:
-    """Failed rows grouped by error class (or exact error), then the newest ones by id (never
-    payload values)."""
-
-    async def read() -> FailedReport:
-        async with operator_store(database_url, queue) as store:
-            return await store.list_failed(lane=lane, limit=limit)
-
-    report = run(read())
-    if not report.by_error:
-        click.echo(f"no failed {queue}" + (f" in lane {lane}" if lane else ""))
-        return
-    groups = report.by_error if exact else error_classes(report.by_error)
-    click.echo(f"failed {queue} by {'error' if exact else 'error class'}:")
-    for group in groups:
-        click.echo(
-            f"  {group.rows:>6}  {group.error or '(no error recorded)'}"
-            f"  [{_when(group.first_failed_at)} .. {_when(group.last_failed_at)}]"
-        )
-    click.echo(f"newest {len(report.rows)} failed row(s):")
-    click.echo(f"  {'id':>10}  {'lane':<12} {'attempts':>8}  {'failed at':<25}  error")
-    for row in report.rows:
-        click.echo(
-            f"  {row.id:>10}  {row.lane:<12} {row.attempts:>8}  {_when(row.resolved_at):<25}"
-            f"  {row.last_error or '-'}"
-        )
 
 
 def _since(value: str | None, flag: str = "--since") -> datetime | None:
@@ -322,14 +271,14 @@ def shown_row(row: StoredRow, rules: ScrubRules) -> list[str]:
         f"lane:            {row.lane}",
         f"status:          {row.status.value}",
         f"attempts:        {row.attempts}",
-        f"next attempt at: {_when(row.next_attempt_at)}",
-        f"claimed at:      {_when(row.claimed_at)}",
+        f"next attempt at: {when(row.next_attempt_at)}",
+        f"claimed at:      {when(row.claimed_at)}",
         f"last error:      {row.last_error or '-'}",
         f"idempotency key: {row.idempotency_key or '-'}",
-        f"created at:      {_when(row.created_at)}",
-        f"updated at:      {_when(row.updated_at)}",
-        f"resolved at:     {_when(row.resolved_at)}",
-        f"scrubbed at:     {_when(row.scrubbed_at)}",
+        f"created at:      {when(row.created_at)}",
+        f"updated at:      {when(row.updated_at)}",
+        f"resolved at:     {when(row.resolved_at)}",
+        f"scrubbed at:     {when(row.scrubbed_at)}",
     ]
     if isinstance(row.payload, str):
         lines.append("payload:         (cannot be decoded; not shown)")

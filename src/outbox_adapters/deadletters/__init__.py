@@ -12,7 +12,9 @@ name goes into the requeue audit) or ``None`` (401). Nothing here is open by def
 =====================================  ============================================================
 ``GET  /``                             the page: per outbox, the failed rows by error class and the
                                        newest rows, each with a requeue button
-``GET  /api/failed?queue=Q``           ``{"groups": [...], "rows": [...]}`` (no payload values)
+``GET  /api/failed?queue=Q``           ``{"groups": [...], "rows": [...]}`` (no payload values);
+                                       ``queue=parked``: the events the consumer channels parked
+                                       (read-only: they are redriven through the broker)
 ``POST /api/requeue``                  JSON ``{"queue": Q, "ids": [...], "reason": "..."}`` →
                                        ``{"requeued": [...], "refused": {id: why}}``; audited with
                                        the operator's name and the reason
@@ -36,9 +38,10 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, Router
 
 from outbox_adapters.postgres import PostgresStore
+from outbox_adapters.postgres.parked import REDRIVE_HINT, parked_report
 from outbox_adapters.postgres.queues import QUEUES
 from outbox_core.errors import StoreUnavailable
-from outbox_core.operator import ErrorGroup, StoredRow
+from outbox_core.operator import ErrorGroup, ParkedEvent, StoredRow
 from outbox_core.ports import RequeueRequest
 from outbox_core.top import error_class, error_classes
 
@@ -73,6 +76,18 @@ def _row(row: StoredRow) -> dict[str, Any]:
         "failed_at": _when(row.resolved_at),
         "error_class": error_class(row.last_error),
         "requeueable": row.scrubbed_at is None,
+    }
+
+
+def _parked(event: ParkedEvent) -> dict[str, Any]:
+    return {
+        "id": event.event_id,
+        "lane": f"{event.channel} / {event.kind}",
+        "attempts": event.attempts,
+        "failed_at": _when(event.parked_at),
+        "error_class": error_class(event.reason),
+        "requeueable": False,
+        "note": REDRIVE_HINT,
     }
 
 
@@ -112,6 +127,8 @@ class DeadLetters:
         if await self._operator(request) is None:
             return JSONResponse({"error": "not authorized"}, status_code=401)
         queue = request.query_params.get("queue", "messages")
+        if queue == "parked":
+            return await self._parked_events()
         if queue not in QUEUES:
             return JSONResponse(
                 {"error": f"queue must be one of {', '.join(QUEUES)}"}, status_code=400
@@ -130,6 +147,18 @@ class DeadLetters:
             }
         )
 
+    async def _parked_events(self) -> Response:
+        try:
+            parked = await parked_report(self._pool, limit=100)
+        except StoreUnavailable:
+            return JSONResponse({"error": "the database is unavailable"}, status_code=503)
+        return JSONResponse(
+            {
+                "groups": [_group(g) for g in error_classes(parked.by_error)],
+                "rows": [_parked(e) for e in parked.rows],
+            }
+        )
+
     async def _requeue(self, request: Request) -> Response:  # noqa: PLR0911 - one per refusal
         operator = await self._operator(request)
         if operator is None:
@@ -144,6 +173,8 @@ class DeadLetters:
                 {"error": 'expected {"queue": ..., "ids": [...], "reason": ...}'},
                 status_code=400,
             )
+        if queue == "parked":
+            return JSONResponse({"error": REDRIVE_HINT}, status_code=400)
         if queue not in QUEUES:
             return JSONResponse(
                 {"error": f"queue must be one of {', '.join(QUEUES)}"}, status_code=400

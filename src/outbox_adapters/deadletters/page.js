@@ -45,7 +45,7 @@
         button.addEventListener("click", () => requeue(r.id));
         td.append(button);
       } else {
-        td.textContent = "sent: secrets scrubbed, not requeueable";
+        td.textContent = r.note || "sent: secrets scrubbed, not requeueable";
       }
       tr.append(td);
       rows.append(tr);
