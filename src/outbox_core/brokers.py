@@ -33,6 +33,7 @@ __all__ = [
     "DLQ_SUFFIX",
     "EVENT_ID_HEADER",
     "Broker",
+    "ConsumerLag",
     "DeadLetter",
     "StreamSpec",
     "dlq_subject",
@@ -219,6 +220,25 @@ def park_message(  # noqa: PLR0913 - the plan's five headers, each named
     )
 
 
+@attrs.frozen
+class ConsumerLag:
+    """How far one consumer group is behind on one subject, as the broker counts it (``outbox
+    top --broker``): the consumer channels' backlog lives in the broker, not in a table."""
+
+    group: str
+    subject: str
+    #: Messages of the subject the group has not been handed yet (None: the group is unknown).
+    waiting: int | None
+    #: Handed out and not acknowledged yet (None where the broker has no such count: Kafka
+    #: commits offsets, it does not acknowledge messages one by one).
+    unacknowledged: int | None = None
+
+    @property
+    def known(self) -> bool:
+        """Whether the broker knows the group on this subject (it has consumed or committed)."""
+        return self.waiting is not None
+
+
 @runtime_checkable
 class Broker(Protocol):
     """A broker connection: publishers, consumer groups, explicit declaration, the DLQ."""
@@ -239,6 +259,11 @@ class Broker(Protocol):
     async def redrive(self, topic: str, ids: Sequence[str] | None = None) -> int:
         """Put the parked events ``ids`` (all when ``None``) back on their source subject, once
         per event id, and remove them from the DLQ; how many events were redriven."""
+        ...
+
+    async def lag(self, group: str, subject: str) -> ConsumerLag:
+        """How far ``group`` is behind on ``subject`` (``waiting`` None: the group is unknown
+        there)."""
         ...
 
     async def aclose(self) -> None: ...

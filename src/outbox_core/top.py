@@ -16,7 +16,7 @@ import attrs
 
 from outbox_core.operator import ErrorGroup
 
-__all__ = ["SPARKS", "LaneRow", "error_class", "error_classes", "sparkline"]
+__all__ = ["SPARKS", "ChannelRow", "LaneRow", "error_class", "error_classes", "sparkline"]
 
 SPARKS: Final = "▁▂▃▄▅▆▇█"
 _ADDRESS: Final = re.compile(r"\S+@\S+")
@@ -91,6 +91,23 @@ class LaneRow:
     term: int | None = None
     #: Workers of the lane whose heartbeat is within the bound they stated (any host).
     workers: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class ChannelRow:
+    """One consumer channel (a consumer group on a subject), now: its backlog is in the broker."""
+
+    group: str
+    subject: str
+    #: Events not yet handed to the group (None: the broker does not know the group there).
+    waiting: int | None
+    #: Handed out and not acknowledged (None: the broker has no such count, Kafka).
+    unacknowledged: int | None
+    #: Events the channel parked on the dead-letter destination (its ledger, all time).
+    parked: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return attrs.asdict(self)

@@ -179,3 +179,25 @@ async def test_a_parked_event_is_listed_without_being_consumed_and_redriven_to_i
     assert await bh.broker.redrive(bh.topic) == 1
     assert await bh.broker.dead_letters(bh.topic) == []
     await asyncio.sleep(0)
+
+
+async def test_a_groups_lag_counts_what_it_has_not_acknowledged(bh):
+    assert not (await bh.broker.lag("g-lag", bh.topic)).known  # no such group there yet
+    sent = [message(bh.topic, "k1", i) for i in range(5)]
+    await publish_all(bh, sent)
+    async with Reader(bh.broker.consumer("g-lag", [bh.topic])) as reader:
+        got = await reader.take(5)
+        for m in got[:2]:
+            await m.ack()
+        lag = await bh.broker.lag("g-lag", bh.topic)
+        assert (lag.group, lag.subject) == ("g-lag", bh.topic)
+        assert lag.waiting is not None
+        # NATS and the memory broker: 0 waiting, 3 handed out unacknowledged; Kafka: 3 past the
+        # committed offset (it has no per-message acknowledgement).
+        assert lag.waiting + (lag.unacknowledged or 0) == 3, lag
+        assert (lag.unacknowledged is None) == (bh.name == "kafka")
+        for m in got[2:]:
+            await m.ack()
+        done = await bh.broker.lag("g-lag", bh.topic)
+        assert (done.waiting, done.unacknowledged or 0) == (0, 0), done
+    assert (await bh.broker.lag("g-other", bh.topic)).waiting is None

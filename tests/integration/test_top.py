@@ -1,16 +1,27 @@
-"""``outbox top`` on a database of its own: each lane's figures as the rows and the leader say."""
+"""``outbox top`` on a database of its own: each lane's figures as the rows and the leader say;
+with ``--broker``, each consumer channel's lag as a real NATS JetStream counts it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import secrets
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
+from tests.support.broker_contract import Reader, message
 from tests.support.cli import outbox
 from tests.support.postgres import scratch_database
 
+from examples.signup_service.serve import free_port
+from outbox_adapters.brokers import connect_broker
+from outbox_adapters.lanes.email_channel import EMAIL_CHANNEL_GROUP
+from outbox_adapters.lanes.inapp import INAPP_CHANNEL_GROUP
 from outbox_adapters.postgres import schema
+from outbox_core.brokers import StreamSpec
+from outbox_core.outcomes import OutcomeKind
 
 pytestmark = pytest.mark.integration
 
@@ -116,3 +127,55 @@ def test_top_once_draws_the_table(db: str) -> None:
     assert "host-1:42 (4)" in out
     assert "SMTP failure at connect (x1)" in out
     assert "bob@x.example" not in out
+
+
+async def _half_consumed(nats_url: str, topic: str) -> None:
+    """Five events on ``topic``; the e-mail channel's group takes all five and acknowledges two
+    (the other three stay handed out until JetStream's ack wait, minutes away)."""
+    broker = await connect_broker(nats_url, streams=[StreamSpec(name=topic, subjects=(topic,))])
+    try:
+        publisher = broker.publisher()
+        for n in range(5):
+            sent = await publisher.publish(message(topic, "k", n), budget=timedelta(seconds=10))
+            assert sent.kind is OutcomeKind.SENT, sent
+        async with Reader(broker.consumer(EMAIL_CHANNEL_GROUP, [topic])) as reader:
+            got = await reader.take(5)
+            for m in got[:2]:
+                await m.ack()
+    finally:
+        await broker.aclose()
+
+
+def test_top_shows_each_consumer_channels_lag_and_parked_events(db: str, nats_url: str) -> None:
+    topic = f"top-{secrets.token_hex(4)}"
+    asyncio.run(_half_consumed(nats_url, topic))
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO outbox_channel_parked (channel, event_id, kind, reason, attempts)"
+            " VALUES (%s, 'e1', 'tenant_welcome', 'no admin address', 5)",
+            (EMAIL_CHANNEL_GROUP,),
+        )
+    args = ("top", "--database-url", db, "--broker", nats_url, "--topic", topic)
+    result = outbox(*args, "--json")
+    assert result.exit_code == 0, result.output
+    channels = {c["group"]: c for c in json.loads(result.stdout)["channels"]}
+    assert channels[EMAIL_CHANNEL_GROUP] == {
+        "group": EMAIL_CHANNEL_GROUP,
+        "subject": topic,
+        "waiting": 0,
+        "unacknowledged": 3,
+        "parked": 1,
+    }
+    # The in-app channel never joined this topic: the broker does not know it there.
+    assert channels[INAPP_CHANNEL_GROUP]["waiting"] is None
+
+    drawn = outbox(*args, "--once")
+    assert drawn.exit_code == 0, drawn.output
+    assert "consumer channels" in drawn.stdout
+    assert "not joined" in drawn.stdout
+
+    down = outbox(
+        "top", "--database-url", db, "--broker", f"nats://127.0.0.1:{free_port()}", "--once"
+    )
+    assert down.exit_code != 0
+    assert "cannot read the consumer channels (--broker)" in down.output

@@ -1,11 +1,12 @@
-"""outbox top's pure parts: error classes and sparklines."""
+"""outbox top's pure parts: error classes, sparklines, the channel rows."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from outbox_core.brokers import ConsumerLag
 from outbox_core.operator import ErrorGroup
-from outbox_core.top import SPARKS, LaneRow, error_class, error_classes, sparkline
+from outbox_core.top import SPARKS, ChannelRow, LaneRow, error_class, error_classes, sparkline
 
 
 def test_an_error_class_is_its_head_with_addresses_masked() -> None:
@@ -50,3 +51,19 @@ def test_error_groups_fold_into_classes_largest_first() -> None:
         ErrorGroup("SMTP failure at tls", 1, t1, t1),
         ErrorGroup(None, 1, None, None),
     ]
+
+
+def test_a_channel_row_as_json_keeps_an_unknown_lag_as_null() -> None:
+    row = ChannelRow("notification-email", "platform-events", waiting=None, unacknowledged=None)
+    assert row.as_json() == {
+        "group": "notification-email",
+        "subject": "platform-events",
+        "waiting": None,
+        "unacknowledged": None,
+        "parked": 0,
+    }
+
+
+def test_a_consumer_lag_is_known_once_the_broker_counts_the_group() -> None:
+    assert not ConsumerLag("g", "t", waiting=None).known
+    assert ConsumerLag("g", "t", waiting=0).known

@@ -42,6 +42,7 @@ from outbox_adapters.brokers.kafka_consumer import KafkaConsumer
 from outbox_core.brokers import (
     DLQ_SOURCE,
     EVENT_ID_HEADER,
+    ConsumerLag,
     DeadLetter,
     StreamSpec,
     dlq_subject,
@@ -247,6 +248,49 @@ class KafkaBroker:
                 await (await producer.send(dlq, b"", key=key, headers=marker))
             done.add(letter.message_id)
         return len(done)
+
+    async def lag(self, group: str, subject: str) -> ConsumerLag:
+        """The end offsets of ``subject``'s partitions minus ``group``'s committed offsets (a
+        partition it never committed counts from its first offset, as the channels start there)."""
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap,
+            client_id=self.client_id,
+            **self.security,
+            request_timeout_ms=self.request_timeout_ms,
+        )
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            client_id=self.client_id,
+            **self.security,
+            group_id=None,
+            enable_auto_commit=False,
+            request_timeout_ms=self.request_timeout_ms,
+        )
+        producer = await self.producer()
+        async with operation(f"reading the lag of {group} on {subject}"):
+            partitions = [
+                TopicPartition(subject, p) for p in sorted(await producer.partitions_for(subject))
+            ]
+            await admin.start()
+            try:
+                offsets = await admin.list_consumer_group_offsets(group, partitions=partitions)
+            finally:
+                await admin.close()
+            await reader.start()
+            try:
+                ends = await reader.end_offsets(partitions)
+                firsts = await reader.beginning_offsets(partitions)
+            finally:
+                await reader.stop()
+        committed = {
+            tp: meta.offset
+            for tp, meta in offsets.items()
+            if tp.topic == subject and meta.offset >= 0
+        }
+        if not committed:
+            return ConsumerLag(group, subject, waiting=None)
+        waiting = sum(max(0, ends[tp] - committed.get(tp, firsts[tp])) for tp in partitions)
+        return ConsumerLag(group, subject, waiting=waiting)
 
     async def aclose(self) -> None:
         producer, self._producer = self._producer, None

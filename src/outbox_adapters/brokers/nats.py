@@ -46,10 +46,12 @@ from outbox_adapters.brokers.nats_consumer import (
     NatsConsumer,
     NatsMessage,
     _public_headers,
+    durable_name,
 )
 from outbox_core.brokers import (
     DLQ_SOURCE,
     EVENT_ID_HEADER,
+    ConsumerLag,
     DeadLetter,
     StreamSpec,
     dlq_subject,
@@ -244,6 +246,19 @@ class NatsBroker:
                     done.add(letter.message_id)
                 await js.delete_msg(stream, int(letter.position))
         return len(done)
+
+    async def lag(self, group: str, subject: str) -> ConsumerLag:
+        """The durable consumer's ``num_pending`` (not yet delivered) and ``num_ack_pending``."""
+        stream = await self.stream_of(subject)
+        js = await self.jetstream()
+        async with operation(f"reading the lag of {group} on {subject}"):
+            try:
+                info = await js.consumer_info(stream, durable_name(group, subject))
+            except nats.js.errors.NotFoundError:
+                return ConsumerLag(group, subject, waiting=None)
+        return ConsumerLag(
+            group, subject, waiting=info.num_pending or 0, unacknowledged=info.num_ack_pending or 0
+        )
 
     async def aclose(self) -> None:
         client, self._client = self._client, None

@@ -42,6 +42,11 @@ def _public_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     return {k: v for k, v in (headers or {}).items() if not k.startswith("Nats-")}
 
 
+def durable_name(group: str, subject: str) -> str:
+    """The JetStream durable consumer of ``group`` on ``subject``."""
+    return _UNSAFE_NAME.sub("_", f"{group}--{subject}")
+
+
 class NatsMessage:
     """One JetStream delivery (``ports.ReceivedMessage``)."""
 
@@ -99,7 +104,7 @@ class NatsConsumer:
         self._closed = True
 
     def durable_name(self, subject: str) -> str:
-        return _UNSAFE_NAME.sub("_", f"{self.group}--{subject}")
+        return durable_name(self.group, subject)
 
     async def _subscribe(self) -> list[Any]:
         js = await self.broker.jetstream()

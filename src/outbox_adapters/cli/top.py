@@ -2,34 +2,42 @@
 
 ::
 
-    outbox top [--interval 2] [--once] [--json]
+    outbox top [--interval 2] [--once] [--json] [--broker URL [--topic T] [--group G ...]]
 
 One row per lane of every queue table (e-mail lanes, the webhook outbox and its deliveries, the
 event relay, the consumer channels' e-mail lane): pending, the oldest pending row's age with a
 sparkline of it over the refreshes, in flight, leases expired (to be re-claimed), failed, sent in
 the last minute, enqueue → sent p50/p95 over the last 5 minutes, the latest error class and how
 many rows carry it, the lane's leader and its term, and how many workers of the lane beat within their bound (any
-host). Ctrl-C ends it.
+host). With ``--broker``, a second table has one row per consumer channel (a consumer group on
+the topic): events waiting in the broker, handed out and not acknowledged, and parked. Ctrl-C ends
+it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import deque
 from collections.abc import Sequence
 
+import attrs
 import click
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from outbox_adapters.brokers import BrokerUnavailable, connect_broker
 from outbox_adapters.cli.endpoints import json_option
-from outbox_adapters.cli.options import database_errors, database_url, option
-from outbox_adapters.postgres.top import read_lanes
-from outbox_core.top import LaneRow, sparkline
+from outbox_adapters.cli.events import DEFAULT_TOPIC, broker_option
+from outbox_adapters.cli.options import Failure, database_errors, database_url, option
+from outbox_adapters.lanes.email_channel import EMAIL_CHANNEL_GROUP
+from outbox_adapters.lanes.inapp import INAPP_CHANNEL_GROUP
+from outbox_adapters.postgres.top import read_lanes, read_parked
+from outbox_core.top import ChannelRow, LaneRow, sparkline
 
-__all__ = ["render", "top_command"]
+__all__ = ["read_channels", "render", "render_channels", "top_command"]
 
 #: How many refreshes the sparkline shows.
 HISTORY = 30
@@ -88,6 +96,46 @@ def render(lanes: Sequence[LaneRow], ages: dict[str, deque[float]]) -> Table:
     return table
 
 
+def _count(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def render_channels(channels: Sequence[ChannelRow], problem: str | None = None) -> Table:
+    """The consumer channels' table (``problem``: why the broker could not be read)."""
+    table = Table(title="consumer channels", title_justify="left", caption=problem)
+    for header in ("group", "topic", "waiting", "unacked", "parked"):
+        table.add_column(header, justify="left" if header in {"group", "topic"} else "right")
+    for row in channels:
+        waiting = "[yellow]not joined[/yellow]" if row.waiting is None else str(row.waiting)
+        table.add_row(
+            row.group,
+            row.subject,
+            waiting,
+            _count(row.unacknowledged),
+            f"[red]{row.parked}[/red]" if row.parked else "0",
+        )
+    return table
+
+
+async def _lags(broker_url: str, topic: str, groups: Sequence[str]) -> list[ChannelRow]:
+    broker = await connect_broker(broker_url)
+    try:
+        lags = [await broker.lag(group, topic) for group in groups]
+    finally:
+        await broker.aclose()
+    return [ChannelRow(lag.group, lag.subject, lag.waiting, lag.unacknowledged) for lag in lags]
+
+
+def read_channels(
+    database_url: str, broker_url: str, topic: str, groups: Sequence[str]
+) -> list[ChannelRow]:
+    """Each group's lag on ``topic`` from the broker, with its parked count from the database."""
+    rows = asyncio.run(_lags(broker_url, topic, groups))
+    with database_errors():
+        parked = read_parked(database_url)
+    return [attrs.evolve(row, parked=parked.get(row.group, 0)) for row in rows]
+
+
 def _record(lanes: Sequence[LaneRow], ages: dict[str, deque[float]]) -> None:
     for lane in lanes:
         key = f"{lane.queue}/{lane.lane}"
@@ -107,8 +155,34 @@ def _record(lanes: Sequence[LaneRow], ages: dict[str, deque[float]]) -> None:
 )
 @option("--once", env="OUTBOX_TOP_ONCE", is_flag=True, help="Print one snapshot and exit.")
 @json_option
-def top_command(database_url: str, interval: float, once: bool, as_json: bool) -> None:  # noqa: FBT001
-    """Every lane's backlog, flow, failures and leader, refreshed live (Ctrl-C ends it).
+@broker_option(required=False)
+@option(
+    "--topic",
+    env="OUTBOX_TOPIC",
+    default=DEFAULT_TOPIC,
+    show_default=True,
+    help="With --broker: the topic the consumer channels read.",
+)
+@option(
+    "--group",
+    "groups",
+    env="OUTBOX_TOP_GROUPS",
+    multiple=True,
+    default=(EMAIL_CHANNEL_GROUP, INAPP_CHANNEL_GROUP),
+    show_default=True,
+    help="With --broker: a consumer group (channel) to show; repeat for more.",
+)
+def top_command(  # noqa: PLR0913, PLR0917 - one parameter per option
+    database_url: str,
+    interval: float,
+    once: bool,  # noqa: FBT001
+    as_json: bool,  # noqa: FBT001
+    broker: str | None,
+    topic: str,
+    groups: tuple[str, ...],
+) -> None:
+    """Every lane's backlog, flow, failures and leader, refreshed live (Ctrl-C ends it); with
+    --broker, every consumer channel's lag too.
 
     The sent-per-minute and latency figures read the newest 100,000 rows of each table.
     """
@@ -116,14 +190,23 @@ def top_command(database_url: str, interval: float, once: bool, as_json: bool) -
     if once or as_json:
         with database_errors():
             lanes = read_lanes(database_url)
+        try:
+            channels = read_channels(database_url, broker, topic, groups) if broker else []
+        except BrokerUnavailable as exc:
+            raise Failure(f"cannot read the consumer channels (--broker): {exc}") from None
         if as_json:
-            click.echo(json.dumps({"lanes": [lane.as_json() for lane in lanes]}))
+            found = {"lanes": [lane.as_json() for lane in lanes]}
+            if broker:
+                found["channels"] = [channel.as_json() for channel in channels]
+            click.echo(json.dumps(found))
             return
         _record(lanes, ages)
         console = Console()
         if not console.is_terminal:  # a pipe or a file: wide enough for every column
             console = Console(width=max(console.width, 200))
         console.print(render(lanes, ages))
+        if broker:
+            console.print(render_channels(channels))
         return
     with Live(auto_refresh=False) as live:
         try:
@@ -131,7 +214,29 @@ def top_command(database_url: str, interval: float, once: bool, as_json: bool) -
                 with database_errors():
                     lanes = read_lanes(database_url)
                 _record(lanes, ages)
-                live.update(render(lanes, ages), refresh=True)
+                screen = _screen(
+                    lanes, ages, database_url, broker=broker, topic=topic, groups=groups
+                )
+                live.update(screen, refresh=True)
                 time.sleep(interval)
         except KeyboardInterrupt:
             return
+
+
+def _screen(  # noqa: PLR0913 - what one refresh shows
+    lanes: Sequence[LaneRow],
+    ages: dict[str, deque[float]],
+    database_url: str,
+    *,
+    broker: str | None,
+    topic: str,
+    groups: Sequence[str],
+) -> Group | Table:
+    lanes_table = render(lanes, ages)
+    if not broker:
+        return lanes_table
+    try:
+        channels = render_channels(read_channels(database_url, broker, topic, groups))
+    except BrokerUnavailable as exc:  # the lanes stay on screen while the broker is away
+        channels = render_channels([], problem=f"broker unreachable: {exc}")
+    return Group(lanes_table, channels)

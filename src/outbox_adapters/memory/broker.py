@@ -22,6 +22,7 @@ import attrs
 from outbox_core.brokers import (
     DLQ_SOURCE,
     EVENT_ID_HEADER,
+    ConsumerLag,
     DeadLetter,
     StreamSpec,
     dlq_subject,
@@ -61,11 +62,13 @@ class MemoryMessage:
     async def ack(self) -> None:
         if not self._settled:
             self._settled = True
+            self._consumer.in_flight -= 1
             self._consumer.acked.append(self.message_id)
 
     async def nak(self, *, delay: timedelta | None = None) -> None:
         if not self._settled:
             self._settled = True
+            self._consumer.in_flight -= 1
             self._consumer.redeliver(self, delay)
 
 
@@ -139,6 +142,17 @@ class MemoryBroker:
             self.messages.remove(message)
         return len(done)
 
+    async def lag(self, group: str, subject: str) -> ConsumerLag:
+        mine = [c for c in self._consumers if c.group == group and subject in c.subjects]
+        if not mine:
+            return ConsumerLag(group, subject, waiting=None)
+        return ConsumerLag(
+            group,
+            subject,
+            waiting=sum(c.pending() for c in mine),
+            unacknowledged=sum(c.in_flight for c in mine),
+        )
+
     async def aclose(self) -> None:
         for consumer in self._consumers:
             consumer.close()
@@ -177,6 +191,8 @@ class MemoryConsumer:
         self.group = group
         self.subjects = subjects
         self.acked: list[str] = []
+        #: Handed out and not settled yet.
+        self.in_flight = 0
         self._queue: asyncio.Queue[tuple[BrokerMessage, int]] = asyncio.Queue()
         self._closed = False
 
@@ -211,4 +227,5 @@ class MemoryConsumer:
                 stored, count = await asyncio.wait_for(self._queue.get(), timeout=0.05)
             except TimeoutError:
                 continue
+            self.in_flight += 1
             yield MemoryMessage(stored, count, self)

@@ -18,7 +18,7 @@ from outbox_adapters.postgres.queues import QUEUES as BY_NAME
 from outbox_adapters.postgres.statements import render
 from outbox_core.top import LaneRow, error_class
 
-__all__ = ["LANES", "QUEUES", "RECENT_ROWS", "read_lanes"]
+__all__ = ["LANES", "QUEUES", "RECENT_ROWS", "read_lanes", "read_parked"]
 
 #: How many of the newest ids the recent figures look at.
 RECENT_ROWS: Final = 100_000
@@ -114,3 +114,10 @@ def read_lanes(dsn: str, *, recent: int = RECENT_ROWS) -> list[LaneRow]:
                 for row in conn.execute(render(LANES, table), {"recent": recent})
             )
     return lanes
+
+
+def read_parked(dsn: str) -> dict[str, int]:
+    """How many events each consumer channel parked (its ledger, ``outbox_channel_parked``)."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        rows = conn.execute("SELECT channel, count(*) FROM outbox_channel_parked GROUP BY channel")
+        return {str(channel): int(n) for channel, n in rows}
