@@ -125,7 +125,7 @@ class PayloadRewrites:
 class ParkedEvent:
     """One recipient kind of one event that a consumer channel parked on the dead-letter
     destination (PostgreSQL: a row of ``outbox_channel_parked``). The event itself is on the
-    broker's ``<topic>.dlq``: it is put back with ``outbox events dlq redrive``, not requeued."""
+    broker's ``<topic>.dlq``: it is put back with ``outbox dlq redrive``, not requeued."""
 
     channel: str
     event_id: str

@@ -466,7 +466,7 @@ def test_failed_lists_parked_events_by_class_with_the_redrive_command(dsn, lane)
     assert result.exit_code == 0, result.output
     assert re.search(r"^\s+2\s+no admin address\s", result.stdout, re.MULTILINE), result.stdout
     assert re.search(rf"^\s+e-2\s+{lane}\s+tenant_welcome\s+2\s", result.stdout, re.MULTILINE)
-    assert "outbox events dlq redrive" in result.stdout
+    assert "outbox dlq redrive" in result.stdout
     empty = outbox("failed", "--database-url", dsn, "--queue", "parked", "--lane", lane + "-x")
     assert f"no parked events in channel {lane}-x" in empty.stdout
 

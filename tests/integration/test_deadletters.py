@@ -154,7 +154,7 @@ async def test_the_page_requeues_a_row_with_its_reason_in_chromium(db: str, cons
             await _park(db, "ev-page", reason="no admin address: ev-page")
             await page.select_option("#queue", "parked")
             parked = page.locator("#rows tr[data-id='ev-page']")
-            await expect(parked).to_contain_text("outbox events dlq redrive")
+            await expect(parked).to_contain_text("outbox dlq redrive")
             await expect(parked.locator("button")).to_have_count(0)
             shots = (
                 Path(os.environ.get("OUTBOX_SCREENSHOTS", ""))
@@ -196,7 +196,7 @@ async def test_parked_events_are_listed_by_reason_and_not_requeued_here(
         assert rows["ev-1"]["lane"] == "notification-email / tenant_welcome"
         assert rows["ev-3"]["lane"] == "notification-inapp / tenant_welcome"
         assert not rows["ev-1"]["requeueable"]
-        assert "outbox events dlq redrive" in rows["ev-1"]["note"]
+        assert "outbox dlq redrive" in rows["ev-1"]["note"]
         refused = await client.post(
             f"{console}/api/requeue", json={"queue": "parked", "ids": [1], "reason": "x"}
         )

@@ -4,7 +4,7 @@ and the dead-letter page's "parked events" (issue 13 item 2).
 A channel parks a recipient kind it will never deliver by publishing the raw event on the broker's
 ``<topic>.dlq`` and recording the park in ``outbox_channel_parked`` (ADR 0021). The ledger is what
 is read here: it is in the database the operator already reaches, grouped by reason like failed
-rows. Putting an event back goes through the broker (``outbox events dlq redrive``).
+rows. Putting an event back goes through the broker (``outbox dlq redrive``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = ["REDRIVE_HINT", "parked_report"]
 
 #: How an operator puts a parked event back (said wherever parked events are listed).
 REDRIVE_HINT: Final = (
-    "parked events are put back through the broker: outbox events dlq redrive --topic TOPIC [ID...]"
+    "parked events are put back through the broker: outbox dlq redrive --topic TOPIC [ID...]"
 )
 
 _GROUPS: Final = """
