@@ -137,7 +137,9 @@ def lint(session: nox.Session) -> None:
     """ruff (check + format) and the import-linter contracts that keep the core sans-IO."""
     session.install("-e", DEV)
     session.run("ruff", "check", "src", "tests", "bench", "examples", "docs", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "bench", "examples", "docs", "noxfile.py")
+    session.run(
+        "ruff", "format", "--check", "src", "tests", "bench", "examples", "docs", "noxfile.py"
+    )
     session.run("lint-imports")
 
 
