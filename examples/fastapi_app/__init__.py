@@ -59,6 +59,7 @@ class Order(BaseModel):
     customer: str
 
 
+# --8<-- [start:auth]
 def _authenticate(connection: Any) -> Principal | None:  # noqa: ANN401 - Starlette's HTTPConnection
     """The example's 'authentication': a header naming the tenant (use your real one)."""
     tenant = connection.headers.get("x-tenant")
@@ -71,6 +72,10 @@ def _operator(request: Any) -> str | None:  # noqa: ANN401 - Starlette's Request
     return name if name == "ops" else None
 
 
+# --8<-- [end:auth]
+
+
+# --8<-- [start:create_app]
 def create_app(settings: AppSettings) -> FastAPI:
     engine = create_async_engine(
         "postgresql+psycopg://",
@@ -80,6 +85,8 @@ def create_app(settings: AppSettings) -> FastAPI:
     feed_box: dict[str, Feed] = {}
     letters_box: dict[str, DeadLetters] = {}
 
+    # --8<-- [end:create_app]
+    # --8<-- [start:lifespan]
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with engine.begin() as conn:
@@ -110,6 +117,8 @@ def create_app(settings: AppSettings) -> FastAPI:
                 await store.close()
         await engine.dispose()
 
+    # --8<-- [end:lifespan]
+    # --8<-- [start:endpoint]
     app = FastAPI(lifespan=lifespan)
 
     async def session() -> AsyncIterator[AsyncSession]:
@@ -139,6 +148,9 @@ def create_app(settings: AppSettings) -> FastAPI:
             await enqueue_async(db, message)
         return {"order": order_id}
 
+    # --8<-- [end:endpoint]
+
+    # --8<-- [start:mounts]
     async def mounted_feed(scope: Any, receive: Any, send: Any) -> None:  # noqa: ANN401
         await feed_box["feed"].app(scope, receive, send)
 
@@ -148,3 +160,4 @@ def create_app(settings: AppSettings) -> FastAPI:
     app.mount("/feed", mounted_feed)
     app.mount("/ops/dead-letters", mounted_letters)
     return app
+    # --8<-- [end:mounts]
