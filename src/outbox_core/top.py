@@ -21,14 +21,18 @@ __all__ = ["SPARKS", "ChannelRow", "LaneRow", "error_class", "error_classes", "s
 SPARKS: Final = "▁▂▃▄▅▆▇█"
 _ADDRESS: Final = re.compile(r"\S+@\S+")
 _MAX_CLASS: Final = 60
+#: Where an error's class ends: a colon followed by white space or the end of the text.
+_CLASS_END: Final = re.compile(r":(?:\s|$)")
 
 
 def error_class(error: str | None) -> str | None:
-    """The class of an error text: up to its first colon, e-mail addresses masked, at most 60
-    characters (``recipient <address> refused``, ``SMTP failure at connect``)."""
+    """The class of an error text: up to its first colon that ends a word (``": "``, or one
+    ending the text: the colon of a URL or a time is kept), e-mail addresses masked, at most 60
+    characters (``recipient <address> refused``, ``SMTP failure at connect``,
+    ``connecting to NATS at nats://10.0.0.5:4222 failed``)."""
     if not error:
         return None
-    head = _ADDRESS.sub("<address>", error.split(":", 1)[0]).strip()
+    head = _ADDRESS.sub("<address>", _CLASS_END.split(error, maxsplit=1)[0]).strip()
     return head[:_MAX_CLASS] or None
 
 

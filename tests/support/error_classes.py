@@ -2,7 +2,7 @@
 checks each has an entry in the runbook, docs/operations.md).
 
 A row's error is its outcome's reason, and its class is :func:`outbox_core.top.error_class` of it
-(the text up to the first colon, addresses masked). Two sources:
+(the text up to the first colon followed by a space, addresses masked). Two sources:
 
 - the core's classifiers, run over their whole input: every SMTP reply code and stage, every
   HTTP status and transport failure;

@@ -21,6 +21,11 @@ def test_an_error_class_is_its_head_with_addresses_masked() -> None:
     assert error_class(None) is None
     assert error_class("") is None
     assert error_class(": starts with a colon") is None
+    # A colon inside a word (a URL, a time) does not end the class; one ending the text does.
+    assert error_class("connecting to NATS at nats://10.0.0.5:4222 failed: timed out") == (
+        "connecting to NATS at nats://10.0.0.5:4222 failed"
+    )
+    assert error_class("retry at 12:30:") == "retry at 12:30"
 
 
 def test_a_sparkline_scales_to_its_largest_value() -> None:

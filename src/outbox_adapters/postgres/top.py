@@ -51,7 +51,10 @@ errors AS (
     SELECT DISTINCT ON (lane) lane, last_error,
            count(*) OVER (
                PARTITION BY lane,
-               regexp_replace(split_part(last_error, ':', 1), '[^[:space:]]+@[^[:space:]]+', '', 'g')
+               regexp_replace(
+                   regexp_replace(last_error, ':([[:space:]].*)?$', ''),
+                   '[^[:space:]]+@[^[:space:]]+', '', 'g'
+               )
            ) AS same_class
     FROM {queue}
     WHERE status IN ('pending', 'failed') AND last_error IS NOT NULL
