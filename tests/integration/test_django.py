@@ -140,6 +140,13 @@ def test_manage_py_outbox_passes_the_clis_exit_codes(django_dsn: str, tmp_path: 
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
 
+    # A group's subcommand gets Django's database too; a command that takes none gets nothing.
+    verified = manage("schema", "verify")
+    assert verified.returncode == 0, verified.stderr
+    assert "schema OK" in verified.stdout
+    printed = manage("schema", "sql")
+    assert printed.returncode == 0, printed.stderr
+    assert "CREATE TABLE IF NOT EXISTS outbox_message" in printed.stdout
     pruned = manage("prune", "--older-than", "3650d", "--only", "events", "--json")
     assert pruned.returncode == 0, pruned.stderr
     assert json.loads(pruned.stdout)["removed"] == {"events": 0}

@@ -86,7 +86,7 @@ def test_django_tutorial_commits_the_order_with_its_mail_and_manage_py_sends_it(
             assert done.returncode == 0, done.stderr
             return done.stdout
 
-        ok("-m", "outbox_adapters", "schema", "apply", "--database-url", dsn)
+        ok("manage.py", "outbox", "schema", "apply")
         ok("manage.py", "migrate", "--run-syncdb")
         place = "from django_shop.orders import place_order; print(place_order({!r}, lane={!r}))"
         order = int(

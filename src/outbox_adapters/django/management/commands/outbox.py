@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from outbox_adapters.cli import main
@@ -54,7 +55,17 @@ class Command(BaseCommand):
 
 
 def _with_database(command: list[str], using: str) -> list[str]:
-    """``command`` with ``--database-url`` of Django's ``using`` database after its name."""
-    if command and not command[0].startswith("-"):
-        return [command[0], "--database-url", database_url(using), *command[1:]]
-    return command
+    """``command`` with ``--database-url`` of Django's ``using`` database after the name of the
+    command that takes it (``worker``; ``schema apply``, a group's subcommand), unless the command
+    takes none (``schema sql``) or it is given already."""
+    current: click.Command = main
+    depth = 0
+    while isinstance(current, click.Group) and depth < len(command):
+        found = current.get_command(click.Context(current), command[depth])
+        if found is None:
+            return command  # not a command: the CLI's own error says so
+        current, depth = found, depth + 1
+    takes_url = any(param.name == "database_url" for param in current.params)
+    if depth == 0 or not takes_url or "--database-url" in command[depth:]:
+        return command
+    return [*command[:depth], "--database-url", database_url(using), *command[depth:]]
