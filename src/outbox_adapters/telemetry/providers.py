@@ -31,7 +31,15 @@ except (
     otel_metrics = None  # type: ignore[assignment]
     otel_trace = None  # type: ignore[assignment]
 
-__all__ = ["AVAILABLE", "SCOPE", "Instruments", "instruments", "tracer", "use"]
+__all__ = [
+    "AVAILABLE",
+    "SCOPE",
+    "Instruments",
+    "current_tracer_provider",
+    "instruments",
+    "tracer",
+    "use",
+]
 
 #: Whether the OpenTelemetry API could be imported.
 AVAILABLE: Final = otel_trace is not None
@@ -121,6 +129,11 @@ def use(
         _state.meter_provider = meter_provider
         _state.tracer = None
         _state.instruments = None
+
+
+def current_tracer_provider() -> TracerProvider | None:
+    """The tracer provider :func:`use` named (``None``: the global one)."""
+    return _state.tracer_provider  # type: ignore[no-any-return]
 
 
 def tracer() -> Tracer | None:
