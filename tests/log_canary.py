@@ -7,7 +7,8 @@ Loaded for the whole suite by ``tests/conftest.py`` (``pytest_plugins``). What i
 
 * **Capture.** At configure time a handler is attached to the ROOT logger for the whole session. It
   turns every record it sees into text: the message with its arguments applied, the exception and
-  stack text, and every ``extra=`` field (a JSON log formatter prints those, so they count). The
+  stack text, every ``extra=`` field (a JSON log formatter prints those, so they count), and the
+  line the library's own JSON formatter makes of it (``outbox --log-format json``). The
   library's loggers (``outbox_adapters``, ``outbox_core``) are set to DEBUG for the session, so no
   library record is filtered out before it reaches a handler; their old levels come back at the end.
 * **Canaries.** A module-level registry: tests register the tokens they put in payloads, secrets and
@@ -40,6 +41,8 @@ from typing import Any, Final
 import attrs
 import pytest
 
+from outbox_adapters.telemetry.logs import JsonFormatter
+
 __all__ = ["FIXED_CANARIES", "MAX_KEPT", "Canaries", "Leak", "register"]
 
 #: Secrets the suite uses as literals (SMTP passwords, database passwords, the Standard Webhooks
@@ -59,6 +62,7 @@ MAX_KEPT: Final = 500_000
 LIBRARY_LOGGERS: Final = ("outbox_adapters", "outbox_core")
 # Shorter canaries would match by accident (and are no secrets anyway).
 _MIN_LENGTH = 6
+_JSON: Final = JsonFormatter()
 _STANDARD_ATTRIBUTES: Final = frozenset(
     {*vars(logging.LogRecord("", 0, "", 0, "", (), None)), "message", "asctime", "taskName"}
 )
@@ -116,6 +120,8 @@ def record_text(record: logging.LogRecord) -> str:
     parts.extend(
         f"{key}={value!r}" for key, value in vars(record).items() if key not in _STANDARD_ATTRIBUTES
     )
+    # The line `outbox --log-format json` (outbox_adapters.telemetry.json_logging) would write.
+    parts.append(_JSON.format(record))
     return "\n".join(parts)
 
 

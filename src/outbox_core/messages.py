@@ -19,6 +19,7 @@ from outbox_core._validators import aware, optional_aware
 from outbox_core.delivery import Status
 
 __all__ = [
+    "MAX_TRACE_CONTEXT",
     "ClaimToken",
     "ClaimedRow",
     "JSONObject",
@@ -26,12 +27,17 @@ __all__ = [
     "NewMessage",
     "RowId",
     "check_lane_name",
+    "usable_trace_context",
 ]
 
 #: A decoded JSON object, as stored in a row's payload.
 JSONObject: TypeAlias = Mapping[str, Any]
 #: Row identifiers are whatever the store uses (a bigint in PostgreSQL).
 RowId: TypeAlias = int | str
+
+#: The longest trace context a row carries: a traceparent (55) and a tracestate (at most 32
+#: list members of 256 characters, W3C Trace Context), with room to spare.
+MAX_TRACE_CONTEXT = 8192
 
 _TOKEN_ALPHABET = frozenset(string.ascii_letters + string.digits + "-_")
 
@@ -77,6 +83,28 @@ def _lane(_inst: object, _attribute: object, value: str) -> None:
     check_lane_name(value)
 
 
+def usable_trace_context(value: object) -> str | None:
+    """``value`` if a row may carry it as its trace context, else ``None``: what a store hands out
+    for a stored trace context, so that a column written around the producer never fails a claim
+    (the row is delivered, only its link to the enqueue is lost)."""
+    if (
+        isinstance(value, str)
+        and 1 <= len(value) <= MAX_TRACE_CONTEXT
+        and value.isprintable()
+        and value.isascii()
+    ):
+        return value
+    return None
+
+
+def _trace_context(_inst: object, _attribute: object, value: str | None) -> None:
+    if value is not None and usable_trace_context(value) is None:
+        raise ValueError(
+            f"a trace context is 1 to {MAX_TRACE_CONTEXT} printable ASCII characters (a W3C"
+            f" traceparent, then a space and the tracestate), got {value!r:.80}"
+        )
+
+
 def _idempotency_key(_inst: object, _attribute: object, value: str | None) -> None:
     if value is not None and (
         not isinstance(value, str) or not 1 <= len(value) <= 200 or not value.isprintable()
@@ -101,6 +129,9 @@ class NewMessage:
     idempotency_key: str | None = attrs.field(default=None, validator=_idempotency_key)
     #: Not due before this time (``None``: due at once).
     not_before: datetime | None = attrs.field(default=None, validator=optional_aware)
+    #: The W3C trace context to store with the row (see :attr:`ClaimedRow.trace_context`);
+    #: ``None``: the enqueue's own span supplies it, when there is one.
+    trace_context: str | None = attrs.field(default=None, validator=_trace_context)
 
 
 @attrs.frozen
@@ -124,6 +155,10 @@ class ClaimedRow:
     lease_expires_at: datetime = attrs.field(validator=aware)
     #: When the row was enqueued.
     created_at: datetime = attrs.field(validator=aware)
+    #: The W3C trace context of the enqueue (``traceparent``, then a space and the ``tracestate``
+    #: when there is one), as the producer's span left it in the row; ``None`` when the producer
+    #: traced nothing. The worker links its delivery span to it (outbox_adapters.telemetry).
+    trace_context: str | None = attrs.field(default=None, validator=_trace_context)
 
 
 def _key_set(keys: Iterable[str]) -> frozenset[str]:

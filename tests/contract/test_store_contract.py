@@ -28,6 +28,7 @@ from tests.support.contract import (
     claim_one,
     new_token,
 )
+from tests.support.telemetry import context_of, recording
 
 from outbox_adapters.postgres.clock import DatabaseClock
 from outbox_adapters.postgres.enqueue import enqueue_async
@@ -861,3 +862,28 @@ async def test_database_clock_reads_the_clock_the_store_stamps_with(contract_dsn
     assert stored is not None
     assert before.utcoffset() is not None
     assert before <= stored.created_at <= after
+
+
+# --- the trace context (ADR 0028) ---------------------------------------------------------------
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+async def test_a_message_s_trace_context_comes_back_with_its_claim(harness):
+    traced = (await harness.enqueue(NewMessage(LANE, {"n": 1}, trace_context=TRACEPARENT))).row_id
+    untraced = (await harness.enqueue(NewMessage(LANE, {"n": 2}))).row_id
+    rows = {row.id: row for row in await harness.store.claim_due(claim(harness.now))}
+    assert rows[traced].trace_context == TRACEPARENT
+    assert rows[untraced].trace_context is None
+
+
+async def test_an_enqueue_inside_a_recording_span_stores_that_span_s_context(harness):
+    with recording() as otel:
+        row_id = (await harness.enqueue(message())).row_id
+    span = otel.span(f"send {LANE}")
+    row = await claim_one(harness, row_id)
+    assert row.trace_context is not None
+    assert row.trace_context.split("-")[1:3] == [
+        f"{context_of(span).trace_id:032x}",
+        f"{context_of(span).span_id:016x}",
+    ]

@@ -42,6 +42,7 @@ from outbox_adapters.cli.schema import schema_group
 from outbox_adapters.cli.top import top_command
 from outbox_adapters.cli.webhooks import deliveries_command, enqueue_webhook_command, replay_command
 from outbox_adapters.cli.worker import worker_command
+from outbox_adapters.telemetry.logs import json_logging
 
 __all__ = ["main"]
 
@@ -74,11 +75,25 @@ def _read_config(ctx: click.Context, _param: click.Parameter, path: str | None) 
     show_default=True,
     help="Log level of the library's logs on stderr.",
 )
-def main(log_level: str) -> None:
+@option(
+    "--log-format",
+    env="OUTBOX_LOG_FORMAT",
+    type=click.Choice(["text", "json"], case_sensitive=False),
+    default="text",
+    show_default=True,
+    help="Logs as text lines, or as one JSON object per line (level, logger, message, lane, trace"
+    " and span ids; secrets masked).",
+)
+def main(log_level: str, log_format: str) -> None:
     """leased-outbox: operate the transactional outbox (schema, enqueue, worker, webhooks, events,
     requeue, demo)."""
     root = logging.getLogger()
-    if not root.handlers:  # a host (or a test runner) that configured logging keeps its setup
+    if root.handlers:  # a host (or a test runner) that configured logging keeps its setup
+        return
+    if log_format.lower() == "json":
+        json_logging(log_level.upper())
+        root.setLevel(log_level.upper())
+    else:
         logging.basicConfig(
             level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )

@@ -28,6 +28,7 @@ from outbox_adapters.cli.options import (
     setting_error,
     stop_on_signals,
 )
+from outbox_adapters.cli.telemetry import metrics_options
 from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
 from outbox_adapters.cli.worker_settings import smtp_options, smtp_settings
 from outbox_adapters.lanes.channel_workers import (
@@ -59,6 +60,7 @@ def drain_timing(broker_url: str) -> ChannelTiming:
 
 
 @click.command("consume")
+@metrics_options
 @option(
     "--channel",
     env="OUTBOX_CHANNEL",

@@ -34,6 +34,7 @@ from outbox_adapters.cli.options import (
     setting_error,
     stop_on_signals,
 )
+from outbox_adapters.cli.telemetry import metrics_options
 from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
 from outbox_adapters.lanes.relay import RelayHandler, relay_disabled_warning, relay_lane
 from outbox_adapters.postgres import PostgresHeartbeat, PostgresLeaderLease, PostgresStore, schema
@@ -138,6 +139,7 @@ def publish_command(  # noqa: PLR0913, PLR0917 - one parameter per option
 
 
 @click.command("relay")
+@metrics_options
 @database_url()
 @broker_option(required=False)
 @topic_option

@@ -29,6 +29,7 @@ from outbox_adapters.cli.options import (
     run,
     stop_on_signals,
 )
+from outbox_adapters.cli.telemetry import metrics_options
 from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
 from outbox_adapters.cli.worker_settings import (
     email_lane_config,
@@ -73,6 +74,7 @@ class WorkerOptions:
 
 
 @click.command("worker")
+@metrics_options
 @database_url()
 @smtp_options
 @option("--drain", env="OUTBOX_DRAIN", is_flag=True, help="Exit once a claim finds nothing due.")

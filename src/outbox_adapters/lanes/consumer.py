@@ -32,6 +32,8 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from outbox_adapters.telemetry.metrics import LaneMetrics
+from outbox_adapters.telemetry.tracing import consuming
 from outbox_core.brokers import DLQ_REASON, park_message
 from outbox_core.errors import InvalidPayload
 from outbox_core.events import EventEnvelope, decode_event
@@ -186,6 +188,8 @@ class ChannelConsumer:
         self.publish_budget = publish_budget
         self.drain_idle = drain_idle
         self.stats = ConsumerStats()
+        #: The channel's figures (a no-op without OpenTelemetry): its deadline overruns.
+        self.metrics = LaneMetrics(channel.name)
         self._stopping = asyncio.Event()
         #: Messages nak'd and not acknowledged since (a drain waits for them).
         self._outstanding: set[str] = set()
@@ -233,13 +237,27 @@ class ChannelConsumer:
         return self.stats
 
     async def handle(self, message: ReceivedMessage) -> None:
-        """Settle one delivery: ack, or nak with a delay. Never raises for the event's trouble."""
+        """Settle one delivery: ack, or nak with a delay. Never raises for the event's trouble.
+
+        It runs in a CONSUMER span linked to the enqueue whose W3C context the relay put in the
+        message's headers (ADR 0028); the rows a channel writes meanwhile carry this span's context.
+        """
+        with consuming(
+            subject=message.subject,
+            message_id=message.message_id,
+            headers=message.headers,
+            group=self.channel.name,
+        ):
+            await self._handle(message)
+
+    async def _handle(self, message: ReceivedMessage) -> None:
         self.stats.delivered += 1
         try:
             async with asyncio.timeout(self.event_deadline.total_seconds()):
                 delay = await self._settle(message)
         except TimeoutError:
             self.stats.overruns += 1
+            self.metrics.overran()
             _log.warning(
                 "channel %s: event %s overran its %gs deadline; retried in %gs",
                 self.channel.name,

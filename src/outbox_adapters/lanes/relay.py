@@ -8,7 +8,8 @@ with :class:`RelayHandler` and :func:`relay_lane`; leader-gated by whoever runs 
   never a row while an earlier row of its key is pending outside the claim);
 - :class:`RelayHandler` turns a row into a :class:`~outbox_core.ports.BrokerMessage` (body = the
   CloudEvents envelope, message id = the event id, key = the partition key, subject = the topic)
-  and publishes it within the row's budget. It answers what the broker said: ``sent`` only on the
+  and publishes it within the row's budget, with the row's trace context as the W3C
+  ``traceparent``/``tracestate`` headers (ADR 0028). It answers what the broker said: ``sent`` only on the
   broker's positive acknowledgement of a stored message, broker trouble a transient failure. Within
   one claimed batch, once a row of a key did not go out, the later rows of that key are not
   published (transient: "an earlier event of this key is unpublished");
@@ -34,6 +35,7 @@ import attrs
 
 from outbox_adapters.postgres.events import RELAY_LANE
 from outbox_adapters.runtime import LaneConfig
+from outbox_adapters.telemetry.context import to_headers
 from outbox_core.backoff import ExponentialBackoff
 from outbox_core.errors import ConfigurationError, InvalidPayload
 from outbox_core.events import CONTENT_TYPE, EventEnvelope, check_event_name, event_from_document
@@ -118,7 +120,12 @@ def relay_message(row: ClaimedRow) -> BrokerMessage:
         raise InvalidPayload("the stored payload is not a JSON object")
     topic = check_event_name(payload.get("topic"), "the stored topic")
     event = event_from_document({k: v for k, v in payload.items() if k != "topic"})
-    return event_message(topic, event)
+    message = event_message(topic, event)
+    if row.trace_context is None:
+        return message
+    # The enqueue's W3C context travels in the headers, so a consumer channel's delivery links to
+    # the original enqueue (ADR 0028).
+    return attrs.evolve(message, headers={**message.headers, **to_headers(row.trace_context)})
 
 
 def event_message(topic: str, event: EventEnvelope) -> BrokerMessage:

@@ -46,6 +46,8 @@ class Row:
     last_error: str | None = None
     resolved_at: datetime | None = None
     scrubbed_at: datetime | None = None
+    #: The enqueue's W3C trace context (PostgreSQL: the ``trace_context`` column).
+    trace_context: str | None = None
 
     def take(self, event: Event) -> None:
         """Move the row through the core's state machine (``outbox_core.delivery.step``).

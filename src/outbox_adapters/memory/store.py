@@ -67,6 +67,7 @@ from outbox_adapters.store_rules import (
     payload_json,
     usable_row_ids,
 )
+from outbox_adapters.telemetry.tracing import producing
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.decide import event_for
 from outbox_core.delivery import Event, Status, check_requeue
@@ -125,13 +126,18 @@ class MemoryStore(MemoryOperatorReads):
         Refuses a payload PostgreSQL's enqueue refuses (:class:`InvalidPayload`), before writing.
         """
         self._check_available("enqueue")
-        return self._write(
-            message.lane,
-            payload_json(message.payload),
-            key=message.idempotency_key,
-            not_before=message.not_before,
-            now=now,
-        )
+        payload = payload_json(message.payload)
+        with producing(message, queue="memory") as produced:
+            result = self._write(
+                message.lane,
+                payload,
+                key=message.idempotency_key,
+                not_before=message.not_before,
+                now=now,
+                trace_context=produced.message.trace_context,
+            )
+            produced.wrote(result.row_id, created=result.created)
+        return result
 
     def insert_raw(self, lane: str, text: str, *, now: datetime | None = None) -> EnqueueResult:
         """Write a row AROUND the payload rules, as a buggy producer or an old row could have:
@@ -148,7 +154,7 @@ class MemoryStore(MemoryOperatorReads):
             pass  # JSON Python can't read (too deep, too many digits): what this method is for
         return self._write(check_lane_name(lane), text, key=None, not_before=None, now=now)
 
-    def _write(
+    def _write(  # noqa: PLR0913 - the row's columns, keyword-only
         self,
         lane: str,
         payload: str,
@@ -156,6 +162,7 @@ class MemoryStore(MemoryOperatorReads):
         key: str | None,
         not_before: datetime | None,
         now: datetime | None,
+        trace_context: str | None = None,
     ) -> EnqueueResult:
         with self._lock:
             if key is not None and (lane, key) in self._keys:
@@ -169,6 +176,7 @@ class MemoryStore(MemoryOperatorReads):
                 idempotency_key=key,
                 created_at=at,
                 updated_at=at,
+                trace_context=trace_context,
             )
             self._next_id += 1
             self._rows[row.id] = row
@@ -217,6 +225,7 @@ class MemoryStore(MemoryOperatorReads):
                         token=request.token,
                         lease_expires_at=expires,
                         created_at=row.created_at,
+                        trace_context=row.trace_context,
                     )
                 )
             self.stats.claimed_rows += len(claimed)

@@ -30,6 +30,9 @@ for the row it created (``notify=False`` turns that off). A notification is part
 transaction: delivered when the host commits, discarded when it rolls back, and folded with the
 identical ones of the same transaction, so a batch costs one per lane. Polling stays the
 correctness path; the notification only ends a worker's idle wait early.
+
+Tracing (ADR 0028): each enqueue runs in a PRODUCER span (:mod:`outbox_adapters.telemetry`), whose
+W3C context is written in the row's ``trace_context`` column for the delivery span to link to.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from sqlalchemy.orm import Session
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.tables import check_queue_table, outbox_message
 from outbox_adapters.store_rules import MAX_PAYLOAD_BYTES, payload_json
+from outbox_adapters.telemetry.tracing import producing
 from outbox_core.errors import OutboxError
 from outbox_core.messages import NewMessage
 from outbox_core.ports import EnqueueResult
@@ -78,6 +82,7 @@ def _params(message: NewMessage, payload: str, *, notify: bool) -> dict[str, Any
         "idempotency_key": message.idempotency_key,
         "not_before": message.not_before,
         "notify": notify,
+        "trace_context": message.trace_context,
     }
 
 
@@ -163,6 +168,7 @@ def _sqlalchemy_insert(conn: Connection, message: NewMessage, payload: str, tabl
         "payload": json.loads(payload),
         "idempotency_key": message.idempotency_key,
         "next_attempt_at": message.not_before if message.not_before is not None else func.now(),
+        "trace_context": message.trace_context,
     }
     key = table.c.idempotency_key
     returning = table.c.id
@@ -271,6 +277,15 @@ def enqueue(
     """
     check_queue_table(table)
     payload = payload_json(message.payload)
+    with producing(message, queue=table.name) as produced:
+        result = _enqueue(handle, produced.message, payload, notify=notify, table=table)
+        produced.wrote(result.row_id, created=result.created)
+    return result
+
+
+def _enqueue(
+    handle: object, message: NewMessage, payload: str, *, notify: bool, table: Table
+) -> EnqueueResult:
     if isinstance(handle, psycopg.Connection):
         _check_psycopg(handle)
         row_id, created = _enqueue_psycopg(handle, message, payload, notify=notify, table=table)
@@ -297,6 +312,15 @@ async def enqueue_async(
     ``AsyncSession``."""
     check_queue_table(table)
     payload = payload_json(message.payload)
+    with producing(message, queue=table.name) as produced:
+        result = await _enqueue_async(handle, produced.message, payload, notify=notify, table=table)
+        produced.wrote(result.row_id, created=result.created)
+    return result
+
+
+async def _enqueue_async(
+    handle: object, message: NewMessage, payload: str, *, notify: bool, table: Table
+) -> EnqueueResult:
     sa_async = _async_sqlalchemy()
     if isinstance(handle, psycopg.AsyncConnection):
         _check_psycopg(handle)

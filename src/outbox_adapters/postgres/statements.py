@@ -74,12 +74,13 @@ WAKEUP_CHANNEL = "outbox_wakeup"
 #: identical notifications of one transaction, so a batch enqueue wakes each lane once.
 ENQUEUE = """
 WITH created AS (
-    INSERT INTO {queue} (lane, payload, idempotency_key, next_attempt_at)
+    INSERT INTO {queue} (lane, payload, idempotency_key, next_attempt_at, trace_context)
     VALUES (
         %(lane)s,
         %(payload)s::jsonb,
         %(idempotency_key)s,
-        coalesce(%(not_before)s::timestamptz, now())
+        coalesce(%(not_before)s::timestamptz, now()),
+        %(trace_context)s
     )
     ON CONFLICT (lane, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -129,9 +130,9 @@ claimed AS (
     FROM due
     WHERE m.id = due.id
     RETURNING m.id, m.lane, m.payload::text AS payload, m.attempts, m.claim_token,
-              m.next_attempt_at AS lease_expires_at, m.created_at, due.due_at
+              m.next_attempt_at AS lease_expires_at, m.created_at, m.trace_context, due.due_at
 )
-SELECT id, lane, payload, attempts, claim_token, lease_expires_at, created_at
+SELECT id, lane, payload, attempts, claim_token, lease_expires_at, created_at, trace_context
 FROM claimed
 ORDER BY due_at, id
 """

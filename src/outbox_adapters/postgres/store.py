@@ -79,7 +79,7 @@ from outbox_adapters.store_rules import (
     coerce_row_id,
     count_mark,
 )
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark, RowId
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, RowId, usable_trace_context
 from outbox_core.operator import (
     StoreStats,
 )
@@ -197,9 +197,19 @@ class PostgresStore(OperatorQueries):
         records = await self._runner.run(self._sql(claim), params, all_rows)
         token = request.token
         # Columns in CLAIM's order: id, lane, payload, attempts, claim_token, lease_expires_at,
-        # created_at. The token is the one just written (the statement sets it).
+        # created_at, trace_context. The token is the one just written (the statement sets it).
         rows = [
-            ClaimedRow(r[0], r[1], stored_payload(r[2]), r[3], token, r[5], r[6]) for r in records
+            ClaimedRow(
+                r[0],
+                r[1],
+                stored_payload(r[2]),
+                r[3],
+                token,
+                r[5],
+                r[6],
+                usable_trace_context(r[7]),
+            )
+            for r in records
         ]
         self.stats.claimed_rows += len(rows)
         return rows

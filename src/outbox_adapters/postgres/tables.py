@@ -118,6 +118,7 @@ QUEUE_COLUMNS: Final = (
     "updated_at",
     "resolved_at",
     "scrubbed_at",
+    "trace_context",
 )
 
 #: The ``Table.info`` key :func:`queue_table` sets: the only tables a ``PostgresStore`` accepts
@@ -163,6 +164,9 @@ def _queue_columns(*, legacy_null_due: bool = False) -> list[Column[Any]]:
         Column("resolved_at", DateTime(timezone=True), nullable=True),
         #: When the dispatched/skipped mark removed the secret payload keys (catalogue C6).
         Column("scrubbed_at", DateTime(timezone=True), nullable=True),
+        #: The W3C trace context of the enqueue (``traceparent``, then a space and the
+        #: ``tracestate``), written by the producer's span (ADR 0028); NULL when nothing traced it.
+        Column("trace_context", Text, nullable=True, info={ADDED_LATER: True}),
     ]
 
 

@@ -29,13 +29,16 @@ from outbox_adapters.runtime.config import LaneConfig
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.runtime.report import BatchReport, count
+from outbox_adapters.telemetry.metrics import LaneMetrics
+from outbox_adapters.telemetry.tracing import delivering
 from outbox_core.decide import decide
+from outbox_core.delivery import Status
 from outbox_core.errors import InvalidMessage, InvalidPayload
 from outbox_core.lease import BatchClock
 from outbox_core.messages import ClaimedRow, Mark
 from outbox_core.outcomes import Outcome
 from outbox_core.payload import decode_payload
-from outbox_core.ports import Clock, RowHandler
+from outbox_core.ports import Clock, MarkResult, RowHandler
 
 __all__ = ["BatchRunner"]
 
@@ -63,6 +66,8 @@ class BatchRunner:
         self._jitter = jitter
         self._stopping = stopping
         self._leadership = leadership
+        #: Where this lane's figures are reported (a no-op without OpenTelemetry).
+        self.metrics = LaneMetrics(config.lane)
         timing = config.timing
         # The budgets as seconds, once (the config is frozen): the per-row path reads them.
         self._per_row = timing.per_row.total_seconds()
@@ -122,8 +127,8 @@ class BatchRunner:
                 self._decide(row, outcome) for row, outcome in zip(window, outcomes, strict=True)
             ]
             results = await self.marker.surviving_group(marks)
-            for mark, result in zip(marks, results, strict=True):
-                count(mark, result, report)
+            for row, mark, result in zip(window, marks, results, strict=True):
+                self._count(row, mark, result, report)
 
     # --- one row -------------------------------------------------------------------------------
 
@@ -158,7 +163,15 @@ class BatchRunner:
     async def _one(self, row: ClaimedRow, times: BatchClock, report: BatchReport) -> None:
         outcome = await self._send(row, times, report)
         mark = self._decide(row, outcome)
-        count(mark, await self.marker.surviving(mark), report)
+        self._count(row, mark, await self.marker.surviving(mark), report)
+
+    def _count(
+        self, row: ClaimedRow, mark: Mark, result: MarkResult | None, report: BatchReport
+    ) -> None:
+        """Count the mark's result; a dispatched row also reports its enqueue-to-sent latency."""
+        count(mark, result, report)
+        if result is MarkResult.APPLIED and mark.status is Status.DISPATCHED:
+            self.metrics.delivered((self.clock.now() - row.created_at).total_seconds())
 
     async def _send(self, row: ClaimedRow, times: BatchClock, report: BatchReport) -> Outcome:
         """The handler, within the row's send budget, never past the lease nor the leader term."""
@@ -169,7 +182,11 @@ class BatchRunner:
         deadline = min(
             times.row_deadline(started, self._send_budget), self._leadership.trusted_until()
         )
-        return await self._attempt(row, report, budget=max(0.0, deadline - started))
+        # The delivery span (linked to the enqueue's, ADR 0028) holds the handler's own spans.
+        with delivering(row) as delivery:
+            outcome = await self._attempt(row, report, budget=max(0.0, deadline - started))
+            delivery.ended(outcome)
+        return outcome
 
     def _decide(self, row: ClaimedRow, outcome: Outcome) -> Mark:
         config = self.config
@@ -207,6 +224,7 @@ class BatchRunner:
             async with asyncio.timeout(budget):
                 return await self.handler(row, budget=timedelta(seconds=budget))
         except TimeoutError:
+            report.budget_overruns += 1
             return Outcome.transient(
                 f"row budget of {budget:.1f}s ran out mid-send", maybe_delivered=True
             )

@@ -114,6 +114,7 @@ class BornRows:
             await self._rows.run([row], times, report)
         self.stats.add(report)
         self.stats.batches += 1
+        self._rows.metrics.batch(report)
 
 
 def _one_row_at_a_time(config: LaneConfig) -> LaneConfig:

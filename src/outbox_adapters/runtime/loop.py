@@ -182,6 +182,7 @@ class Worker:
                 )
         self.stats.add(report)
         self.stats.batches += 1
+        self.batch.metrics.batch(report)
         return report
 
     async def _claim(self) -> tuple[Sequence[ClaimedRow], BatchClock]:
@@ -205,6 +206,7 @@ class Worker:
             rows = await self.store.claim_due(
                 ClaimRequest(self.config.lane, timing.batch_size, lease, token)
             )
+        self.batch.metrics.claimed(self.clock.monotonic() - times.claimed_at)
         return rows, times
 
     async def wait_for_marks(self) -> None:

@@ -26,6 +26,8 @@ class BatchReport:
     handler_errors: int = 0
     #: Rows not started because the worker could not prove its leadership for them.
     leadership_lost: int = 0
+    #: Sends cut off by the row's budget (the batch's own timeout is :attr:`timed_out`).
+    budget_overruns: int = 0
     timed_out: bool = False
 
     def add(self, other: BatchReport) -> None:

@@ -51,7 +51,7 @@ from outbox_adapters.postgres.webhooks.model import (
 )
 from outbox_adapters.postgres.webhooks.tables import DELIVERY_LANE, outbox_webhook
 from outbox_core.errors import InvalidMessage
-from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark
+from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, usable_trace_context
 from outbox_core.payload import decode_payload
 from outbox_core.signing import WebhookSecret
 
@@ -80,6 +80,7 @@ def _claimed(records: list[dict[str, Any]], token: ClaimToken) -> tuple[ClaimedR
             token=token,
             lease_expires_at=r["lease_expires_at"],
             created_at=r["created_at"],
+            trace_context=usable_trace_context(r["trace_context"]),
         )
         for r in records
     )
@@ -112,6 +113,7 @@ class WebhookRepository(EndpointOps):
                 endpoint_id=None,
                 birth_lease=birth_lease,
                 birth_token=birth_token,
+                trace_context=row.trace_context,
             )
         return FanOut(marked=True, event_id=event_id, msg_id=msg_id, deliveries=deliveries)
 
@@ -146,6 +148,7 @@ class WebhookRepository(EndpointOps):
         endpoint_id: int | None,
         birth_lease: timedelta,
         birth_token: ClaimToken | None,
+        trace_context: str | None = None,
     ) -> tuple[tuple[int, ...], tuple[ClaimedRow, ...]]:
         """The deliveries' ids, and those born leased to this process (none without a token)."""
         records = await _all(
@@ -158,6 +161,7 @@ class WebhookRepository(EndpointOps):
                 "endpoint_id": endpoint_id,
                 "birth_lease": birth_lease,
                 "token": None if birth_token is None else birth_token.value,
+                "trace_context": trace_context,
             },
         )
         ids = tuple(int(r["id"]) for r in records)

@@ -47,9 +47,11 @@ RETURNING id, created_at
 #: birth lease runs out. A (event, endpoint) pair that has a delivery already gets no second one.
 #: With no token (a replay from the CLI, where no process makes a first attempt) the rows are plain
 #: due rows for the retry lane instead: no attempt counted, no claim, due after ``birth_lease`` (0).
+#: Each delivery carries the webhook event's enqueue trace context (ADR 0028; NULL for a replay).
 BORN_DELIVERIES = """
 INSERT INTO outbox_webhook_delivery
-    (lane, payload, attempts, next_attempt_at, claim_token, claimed_at, event_id, endpoint_id)
+    (lane, payload, attempts, next_attempt_at, claim_token, claimed_at, event_id, endpoint_id,
+     trace_context)
 SELECT %(lane)s,
        jsonb_build_object('event_id', %(event_id)s::bigint, 'endpoint_id', e.id),
        CASE WHEN %(token)s::text IS NULL THEN 0 ELSE 1 END,
@@ -57,7 +59,8 @@ SELECT %(lane)s,
        %(token)s::text,
        CASE WHEN %(token)s::text IS NULL THEN NULL ELSE now() END,
        %(event_id)s,
-       e.id
+       e.id,
+       %(trace_context)s::text
 FROM outbox_webhook_endpoint AS e
 WHERE e.enabled
   AND (%(event_type)s::text = ANY(e.event_types) OR '*' = ANY(e.event_types))
@@ -65,7 +68,7 @@ WHERE e.enabled
 ORDER BY e.id
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 RETURNING id, lane, payload::text AS payload, attempts, next_attempt_at AS lease_expires_at,
-          created_at
+          created_at, trace_context
 """
 
 #: One event by id, locked (a replay reads its source; completing a replay locks the clone).

@@ -1,0 +1,206 @@
+"""Spans with the OpenTelemetry messaging semantic conventions: one at enqueue, one per delivery.
+
+=============================  ========  ====================================================
+span                           kind      where
+=============================  ========  ====================================================
+``send <lane>``                PRODUCER  every enqueue (e-mail, webhook event, domain event, a
+                                         channel's recipient rows), PostgreSQL and memory
+``process <lane>``             CONSUMER  every row a lane's runtime attempts (one per attempt)
+``process <subject>``          CONSUMER  every broker delivery a consumer channel settles
+=============================  ========  ====================================================
+
+The producer span's context is written in the row (:mod:`.context`) and, by the relay, in the broker
+message's headers. A delivery span is the root of a trace of its own (it runs long after, in another
+process) and carries a **link** to that context, as the conventions ask for a consumer of a message
+sent earlier; the spans a handler makes (an HTTP client's, a broker client's) are its children.
+
+Attributes: ``messaging.system`` (``leased_outbox``), ``messaging.operation.type`` (``send`` /
+``process``), ``messaging.operation.name`` (``enqueue``, ``deliver``, ``consume``),
+``messaging.destination.name`` (the lane, or the broker subject), ``messaging.message.id`` (the row
+id, or the broker message id), ``messaging.consumer.group.name`` (a channel), and the library's own
+``outbox.queue`` (the table), ``outbox.attempt``, ``outbox.outcome``. A failure sets the span's
+status to ERROR with ``error.type`` (the outcome kind, or the exception's class): no exception
+text, which could quote a payload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from outbox_adapters.telemetry import providers
+from outbox_adapters.telemetry.context import TRACEPARENT, from_headers, to_headers
+
+if TYPE_CHECKING:  # attrs never resolves these annotations: the API stays optional
+    from opentelemetry.trace import Span  # noqa: TC004
+
+    from outbox_core.messages import ClaimedRow, NewMessage, RowId  # noqa: TC004
+    from outbox_core.outcomes import Outcome
+
+__all__ = ["SYSTEM", "Delivery", "Produced", "consuming", "delivering", "producing"]
+
+#: ``messaging.system`` of every span the library makes.
+SYSTEM: Final = "leased_outbox"
+
+if providers.AVAILABLE:
+    from opentelemetry.trace import Link, SpanKind, Status, StatusCode, get_current_span
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    _PROPAGATOR = TraceContextTextMapPropagator()
+
+
+@attrs.define
+class Produced:
+    """What :func:`producing` yields: the message to write, stamped with the span's context."""
+
+    message: NewMessage
+    span: Span | None = None
+
+    def wrote(self, row_id: RowId, *, created: bool) -> None:
+        """Name the row the enqueue wrote (or found, ``created=False``)."""
+        if self.span is not None:
+            self.span.set_attribute("messaging.message.id", str(row_id))
+            self.span.set_attribute("outbox.created", created)
+
+
+@attrs.define
+class Delivery:
+    """What :func:`delivering` yields: report the attempt's outcome on it."""
+
+    span: Span | None = None
+
+    def ended(self, outcome: Outcome) -> None:
+        span = self.span
+        if span is None or not span.is_recording():
+            return
+        kind = str(outcome.kind)
+        span.set_attribute("outbox.outcome", kind)
+        if kind != "sent":
+            span.set_attribute("error.type", kind)
+            # The reason is what the row's last_error keeps: a sentence, never a secret.
+            span.set_status(Status(StatusCode.ERROR, outcome.reason or kind))
+
+
+def _error(span: Span, exc: BaseException) -> None:
+    span.set_attribute("error.type", type(exc).__qualname__)
+    span.set_status(Status(StatusCode.ERROR))
+
+
+@contextlib.contextmanager
+def producing(message: NewMessage, *, queue: str) -> Iterator[Produced]:
+    """A PRODUCER span around one enqueue; yields the message stamped with its trace context (a
+    message that already carries one keeps it)."""
+    tracer = providers.tracer()
+    if tracer is None:
+        yield Produced(message)
+        return
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "enqueue",
+        "messaging.destination.name": message.lane,
+        "outbox.queue": queue,
+    }
+    with tracer.start_as_current_span(
+        f"send {message.lane}",
+        kind=SpanKind.PRODUCER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        if message.trace_context is None and span.get_span_context().is_valid:
+            carrier: dict[str, str] = {}
+            _PROPAGATOR.inject(carrier)
+            stored = from_headers(carrier)
+            if stored is not None:
+                message = attrs.evolve(message, trace_context=stored)
+        try:
+            yield Produced(message, span)
+        except BaseException as exc:
+            _error(span, exc)
+            raise
+
+
+def _links(trace_context: str | None) -> list[Link]:
+    if trace_context is None:
+        return []
+    linked = get_current_span(_PROPAGATOR.extract(to_headers(trace_context))).get_span_context()
+    return [Link(linked)] if linked.is_valid else []
+
+
+@contextlib.contextmanager
+def delivering(row: ClaimedRow, *, queue: str | None = None) -> Iterator[Delivery]:
+    """A CONSUMER span around one attempt of ``row``, linked to its enqueue's span."""
+    tracer = providers.tracer()
+    if tracer is None:
+        yield Delivery()
+        return
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "deliver",
+        "messaging.destination.name": row.lane,
+        "messaging.message.id": str(row.id),
+        "outbox.attempt": row.attempts,
+    }
+    if queue is not None:
+        attributes["outbox.queue"] = queue
+    with _consumer_span(tracer, f"process {row.lane}", attributes, row.trace_context) as span:
+        yield Delivery(span)
+
+
+@contextlib.contextmanager
+def consuming(
+    *, subject: str, message_id: str, headers: Mapping[str, str], group: str
+) -> Iterator[Span | None]:
+    """A CONSUMER span around one broker delivery a channel settles, linked to the enqueue whose
+    context the relay put in the message's headers."""
+    tracer = providers.tracer()
+    if tracer is None:
+        yield None
+        return
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "consume",
+        "messaging.destination.name": subject,
+        "messaging.message.id": message_id,
+        "messaging.consumer.group.name": group,
+    }
+    stored = from_headers(headers) if TRACEPARENT in {k.lower() for k in headers} else None
+    with _consumer_span(tracer, f"process {subject}", attributes, stored) as span:
+        yield span
+
+
+@contextlib.contextmanager
+def _consumer_span(
+    tracer: Any,  # noqa: ANN401 - an opentelemetry Tracer
+    name: str,
+    attributes: Mapping[str, Any],
+    trace_context: str | None,
+) -> Iterator[Span]:
+    # A new trace (context=an empty one), not a child of whatever span is current: the delivery
+    # is its own unit of work, tied to the enqueue by the link.
+    with tracer.start_as_current_span(
+        name,
+        context=_ROOT,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        links=_links(trace_context),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            _error(span, exc)
+            raise
+
+
+if providers.AVAILABLE:
+    from opentelemetry.context import Context
+
+    _ROOT = Context()
