@@ -43,6 +43,10 @@ __all__ = [
 
 #: Whether the OpenTelemetry API could be imported.
 AVAILABLE: Final = otel_trace is not None
+#: The global tracer providers that mean "no SDK configured".
+_UNCONFIGURED: Final[tuple[type, ...]] = (
+    (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider) if AVAILABLE else ()
+)
 #: The instrumentation scope of every span and metric the library makes.
 SCOPE: Final = "leased_outbox"
 
@@ -137,14 +141,22 @@ def current_tracer_provider() -> TracerProvider | None:
 
 
 def tracer() -> Tracer | None:
-    """The library's tracer; ``None`` when the OpenTelemetry API is not installed."""
-    found = _state.tracer
-    if found is None and AVAILABLE:
-        with _lock:
-            found = _state.tracer = otel_trace.get_tracer(
-                SCOPE, tracer_provider=_state.tracer_provider
-            )
-    return found  # type: ignore[no-any-return]
+    """The library's tracer; ``None`` when the OpenTelemetry API is not installed, or when no
+    tracer provider is configured yet (the global one is still the API's proxy or no-op): its
+    spans would record nothing, and making them costs tens of microseconds a row. Checked again
+    on every call until a provider is there, so a host that configures its SDK after the worker
+    started is traced from then on."""
+    found: Tracer | None = _state.tracer
+    if found is not None or not AVAILABLE:
+        return found
+    provider = _state.tracer_provider
+    if provider is None:
+        provider = otel_trace.get_tracer_provider()
+        if isinstance(provider, _UNCONFIGURED):
+            return None
+    with _lock:
+        found = _state.tracer = otel_trace.get_tracer(SCOPE, tracer_provider=provider)
+    return found
 
 
 def instruments() -> Instruments | None:

@@ -35,7 +35,7 @@ from outbox_adapters.telemetry import providers
 from outbox_adapters.telemetry.context import TRACEPARENT, from_headers, to_headers
 
 if TYPE_CHECKING:  # attrs never resolves these annotations: the API stays optional
-    from opentelemetry.trace import Span  # noqa: TC004
+    from opentelemetry.trace import Span, Tracer  # noqa: TC004
 
     from outbox_core.messages import ClaimedRow, NewMessage, RowId  # noqa: TC004
     from outbox_core.outcomes import Outcome
@@ -131,13 +131,23 @@ def _links(trace_context: str | None) -> list[Link]:
     return [Link(linked)] if linked.is_valid else []
 
 
-@contextlib.contextmanager
-def delivering(row: ClaimedRow, *, queue: str | None = None) -> Iterator[Delivery]:
-    """A CONSUMER span around one attempt of ``row``, linked to its enqueue's span."""
+#: What :func:`delivering` gives when nothing is traced: one shared no-op, no generator per row.
+_UNTRACED: Final = contextlib.nullcontext(Delivery())
+
+
+def delivering(
+    row: ClaimedRow, *, queue: str | None = None
+) -> contextlib.AbstractContextManager[Delivery]:
+    """A CONSUMER span around one attempt of ``row``, linked to its enqueue's span (a shared no-op
+    when nothing is traced: this is on every row's path)."""
     tracer = providers.tracer()
     if tracer is None:
-        yield Delivery()
-        return
+        return _UNTRACED
+    return _delivering(tracer, row, queue)
+
+
+@contextlib.contextmanager
+def _delivering(tracer: Tracer, row: ClaimedRow, queue: str | None) -> Iterator[Delivery]:
     attributes: dict[str, Any] = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "process",
