@@ -1,4 +1,4 @@
-"""Tracing end to end on real servers (ADR 0028): the enqueue span's context in the PostgreSQL row and the
+"""Traces across real servers (ADR 0028): the enqueue's span context is stored in the row on
 PostgreSQL, the worker's delivery span links to it, and through NATS the relay's headers carry it to
 a consumer channel, whose delivery links to the original enqueue too.
 """
