@@ -59,7 +59,8 @@ class Fault:
     #: Fired at this port call of the run (1 = the first).
     step: int
     kind: Kind = attrs.field(converter=Kind)
-    #: Which worker slot it hits (modulo the slots), for the kinds that hit one.
+    #: Which worker it hits, for the kinds that hit one: 0-3 the one making the call, 4-7 the
+    #: worker in slot ``node % slots``.
     node: int = 0
     #: How hard, in [0, 1): each kind scales it (a pause's length, a jump's size, ...).
     amount: float = 0.0

@@ -118,7 +118,10 @@ class _Port:
             effects.slow and write
         ):  # a write slower than its budget is given up: a duplicate may follow
             world.excuse(rows, f"{op} slowed {effects.slow:.1f}s")
-        await node.gate()
+        held = await node.gate()
+        if held:  # the request leaves at the thaw; the caller learns nothing of it
+            await run()
+            raise asyncio.CancelledError
         await asyncio.sleep(world.latency(op) + effects.slow)
         if not node.alive:  # the process died with the request in flight: it never arrived
             raise asyncio.CancelledError
@@ -200,7 +203,8 @@ class FaultyMailer(_Port):
         world, node = self.world, self.node
         effects = world.step(node, "send")
         answer = world.send_answer()
-        await node.gate()
+        if await node.gate():  # cut off while frozen: the conversation never finishes
+            raise asyncio.CancelledError
         latency = world.latency("send") + effects.slow
         if answer is Kind.SEND_HANG:  # until the worker's own deadline cuts it
             await asyncio.sleep(budget.total_seconds() + 3600)

@@ -93,6 +93,8 @@ class Node:
         self.frozen_until = -math.inf
         self.clock = VirtualClock(world.loop.time)
         self.tokens: set[str] = set()
+        #: When this node's latest claim ran (a stale writer's pause is measured from it).
+        self.claimed_at = -math.inf
         self.disturbed = False
         self.worker: Worker | None = None
         self.task: asyncio.Task[object] | None = None
@@ -101,15 +103,25 @@ class Node:
     def running(self) -> bool:
         return self.alive and self.task is not None and not self.task.done()
 
-    async def gate(self) -> None:
-        """Let a port call through: never for a dead process, after the thaw for a frozen one."""
+    async def gate(self) -> bool:
+        """Let a port call through: never for a dead process, at the thaw for a frozen one.
+
+        A frozen process (SIGSTOP) was about to write its request: on SIGCONT the write goes out
+        before the timers that expired meanwhile are noticed. So a cancellation that arrives
+        during the freeze is held back; ``True`` tells the caller to make the call, then raise it.
+        """
         if not self.alive:
             raise asyncio.CancelledError
         loop = asyncio.get_running_loop()
+        held = False
         while loop.time() < self.frozen_until:
-            await asyncio.sleep(self.frozen_until - loop.time())
+            try:
+                await asyncio.sleep(self.frozen_until - loop.time())
+            except asyncio.CancelledError:
+                held = True
             if not self.alive:
                 raise asyncio.CancelledError
+        return held
 
 
 class World:
@@ -202,6 +214,7 @@ class World:
 
     def claimed(self, node: Node, request: ClaimRequest, rows: Sequence[ClaimedRow]) -> None:
         node.tokens.add(request.token.value)
+        node.claimed_at = self.loop.time()
         self.trace("claimed", node.name, *(row.id for row in rows))
 
     def delivered(self, node: Node, row: int, *, ambiguous: bool) -> None:
@@ -223,7 +236,9 @@ class World:
     def _fire(self, fault: Fault, caller: Node, op: str, effects: Effects) -> None:  # noqa: C901 - one arm per kind
         self.trace("fault", fault.describe())
         kind, amount = fault.kind, fault.amount
-        target = self.slots[fault.node % len(self.slots)]
+        # Half the node numbers hit the worker making this call (at this very await point), the
+        # other half a slot, whatever it is doing.
+        target = caller if fault.node < 4 else self.slots[fault.node % len(self.slots)]
         now = self.loop.time()
         if kind is Kind.CRASH and target.running:
             self.result.crashes += 1
@@ -239,7 +254,13 @@ class World:
             self._restart(target, 1 + 60 * amount)
         elif kind is Kind.PAUSE and target.running:
             self.result.pauses += 1
-            length = 0.5 + 20 * amount if amount < 0.5 else self.lease * (0.5 + amount)
+            # A short freeze, or the stale writer's: thawing 1 to 16 s after its last claim's lease
+            # ran out, when a sibling may hold its rows.
+            length = (
+                0.5 + 20 * amount
+                if amount < 0.5
+                else max(0.0, target.claimed_at + self.lease - now) + 1 + 30 * (amount - 0.5)
+            )
             target.frozen_until = max(target.frozen_until, now + length)
             target.disturbed = True
             self._excuse_claims(target, f"paused {length:.1f}s")
