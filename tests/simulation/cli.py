@@ -19,7 +19,8 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 from tests.simulation.plan import Plan, plan_from_seed
-from tests.simulation.world import Result, simulate
+from tests.simulation.run import simulate
+from tests.simulation.world import Result
 
 __all__ = ["Totals", "main", "replay_command", "run_seeds"]
 

@@ -10,8 +10,8 @@ import pytest
 from tests.simulation.cli import describe
 from tests.simulation.mutants import MUTANTS, apply
 from tests.simulation.plan import plan_from_seed
+from tests.simulation.run import simulate
 from tests.simulation.test_simulation import QUICK_SEEDS
-from tests.simulation.world import simulate
 
 
 @pytest.mark.simulation_mutant

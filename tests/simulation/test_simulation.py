@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from tests.simulation.cli import describe, replay_command, run_seeds
 from tests.simulation.plan import Fault, Kind, Plan, faults_strategy, plan_from_seed
+from tests.simulation.run import simulate
 from tests.simulation.vloop import Deadlock, VirtualLoop
-from tests.simulation.world import simulate
 
 QUICK_SEEDS = int(os.environ.get("OUTBOX_SIM_SEEDS", "500"))
 

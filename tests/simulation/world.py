@@ -1,7 +1,8 @@
 """One simulated run: workers of a lane on the shared fakes, a producer, the planned faults.
 
-:func:`simulate` builds a :class:`World` from a :class:`~tests.simulation.plan.Plan`, runs it on a
-fresh :class:`~tests.simulation.vloop.VirtualLoop` and returns its :class:`Result`: the figures,
+:func:`tests.simulation.run.simulate` builds a :class:`World` from a
+:class:`~tests.simulation.plan.Plan`, runs it on a fresh
+:class:`~tests.simulation.vloop.VirtualLoop` and returns its :class:`Result`: the figures,
 the trace hash and every invariant it broke (``violations``; :mod:`tests.simulation.invariants`
 checks the end state, :mod:`tests.simulation.ports` the writes as they happen).
 
@@ -17,31 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import math
 import random
 from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final
 
 import attrs
 from tests.simulation.plan import Fault, Kind, Plan
 from tests.simulation.ports import FaultyLeader, FaultyMailer, FaultyStore, SimLeader, SimStore
-from tests.simulation.vloop import EPOCH, VirtualClock, VirtualLoop
+from tests.simulation.vloop import VirtualClock, VirtualLoop
 
-from outbox_adapters.lanes import email as email_lane_module
 from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.memory import RecordingMailer
 from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_core.backoff import ExponentialBackoff
 from outbox_core.delivery import Status
-from outbox_core.mail import OutgoingMail, build_message
 from outbox_core.messages import ClaimedRow, RowId
 from outbox_core.ports import ClaimRequest
 from outbox_core.timing import EmailTiming
 
-__all__ = ["Result", "World", "simulate"]
+__all__ = ["Result", "World"]
 
 #: Short budgets (per row 12 s, lease 5 x 12 + 10 = 70 s): virtual time is free, loop turns are not.
 STEPS: Final = {"suppression": 1, "branding": 1, "dial": 2, "smtp_exchange": 5, "bounce_report": 1,
@@ -54,7 +52,6 @@ HORIZON: Final = 1800.0
 #: How slow a SLOW fault makes a call, at amount 1, per kind of call.
 _SLOW: Final = {"send": 20.0, "lead": 30.0, "step_down": 30.0}
 _SLOW_STORE: Final = 4.0
-_SILENCED: Final = ("outbox_adapters", "asyncio")
 
 
 @attrs.define
@@ -353,57 +350,3 @@ class World:
         running = [n.task for n in (*self.slots, *self.retired) if n.task and not n.task.done()]
         if running:
             await asyncio.wait(running, timeout=self.lease + 60)
-
-
-_BUILD: Final = "build_message"
-_BUILT: dict[tuple[object, ...], OutgoingMail] = {}
-
-
-def _built_once(**parts: Any) -> OutgoingMail:
-    """``build_message``, assembled once per content and given each row's Message-ID.
-
-    Assembling and re-parsing the MIME message is most of a run's cost, and nothing the simulator
-    checks depends on its bytes (the mail tests do): the handler's chain around it runs as it is.
-    """
-    message_id, _date = parts.pop("message_id"), parts.pop("date")
-    key = tuple(sorted((name, repr(value)) for name, value in parts.items()))
-    mail = _BUILT.get(key)
-    if mail is None:
-        if len(_BUILT) > 10_000:
-            _BUILT.clear()
-        mail = _BUILT[key] = build_message(**parts, message_id=message_id, date=EPOCH)
-    return attrs.evolve(mail, message_id=message_id)
-
-
-def simulate(plan: Plan) -> Result:
-    """Run ``plan`` to the end and check every invariant; the same plan, the same result."""
-    from tests.simulation.invariants import check_end  # noqa: PLC0415 - a cycle otherwise
-
-    original_build = getattr(email_lane_module, _BUILD)
-    setattr(email_lane_module, _BUILD, _built_once)
-    loop = VirtualLoop(rng=random.Random(f"reorder-{plan.seed}"))  # noqa: S311 - seeded
-    loop.set_exception_handler(lambda _loop, _context: None)
-    world = World(plan, loop)
-    levels = {name: logging.getLogger(name).level for name in _SILENCED}
-    for name in _SILENCED:
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-    try:
-        loop.run_until_complete(world.main())
-        world.result.simulated_seconds = loop.time()
-        check_end(world)
-    finally:
-        _close(loop)
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
-        setattr(email_lane_module, _BUILD, original_build)
-    world.result.trace_hash = world._hash.hexdigest()
-    return world.result
-
-
-def _close(loop: VirtualLoop) -> None:
-    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    for task in pending:
-        task.cancel()
-    if pending:
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    loop.close()
