@@ -53,9 +53,21 @@ def integration(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def mutations(session: nox.Session) -> None:
-    """The SQL/worker mutation matrix of RELIABILITY.md: every mutant must turn its test red."""
+    """The SQL/worker mutation matrix of RELIABILITY.md: every mutant must turn its test red; then
+    the simulator's mutants (tests/simulation/mutants.py), each caught by a seed of the quick run."""
     session.install("-e", DEV)
     session.run("python", "-m", "tests.mutations.run")
+    # The mutants the simulator can express, each caught within the quick run's seeds (ADR 0029).
+    session.run("pytest", "-m", "simulation_mutant", "-s", "tests/simulation/test_mutants.py")
+
+
+@nox.session(python=PYTHON)
+def simulate(session: nox.Session) -> None:
+    """The deterministic simulation's long run (ADR 0029): `nox -s simulate -- --seeds 100000
+    --processes 2`; prints `SIM seeds=... violations=0 ...` and every failing seed's replay
+    command. The quick run (500 seeds) is part of `nox -s tests`."""
+    session.install("-e", DEV)
+    session.run("python", "-m", "tests.simulation", *(session.posargs or ["--seeds", "10000"]))
 
 
 @nox.session(python=PYTHON)
