@@ -141,7 +141,9 @@ class BatchClock:
 
     #: When the claim started (monotonic seconds).
     claimed_at: float
-    #: ``claimed_at + batch_timeout``: no row may start unless it ends by then.
+    #: ``claimed_at + batch_timeout`` until the claim answers, then the answer's instant +
+    #: ``batch_timeout`` (never past :attr:`lease_deadline`): no row may start unless it ends by
+    #: then.
     batch_deadline: float
     #: ``claimed_at + claim lease``: no row's work may run past it.
     lease_deadline: float
@@ -161,6 +163,19 @@ class BatchClock:
             claimed_at + batch_timeout.total_seconds(),
             claimed_at + lease.total_seconds(),
         )
+
+    def answered(self, at: float) -> BatchClock:
+        """The clock once the claim answered at ``at``: the batch timeout counts from there.
+
+        The batch timeout is the time the batch's ROWS may take (``batch_size * per_row`` at the
+        least); counted from the claim's start it would lose the claim's own round trip, and a
+        batch of one row with the shortest timeout (``per_row``) could then never start its row:
+        it would give the row back and claim it again, without end. The lease still counts from
+        the claim's start, and the deadline never passes it, so no row runs past its lease.
+        """
+        _finite("at", at)
+        timeout = self.batch_deadline - self.claimed_at
+        return attrs.evolve(self, batch_deadline=min(at + timeout, self.lease_deadline))
 
     def may_start_row(self, now: float, per_row: float) -> bool:
         """:func:`may_start_row` against this batch's deadline."""

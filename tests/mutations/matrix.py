@@ -33,7 +33,7 @@ from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import marking as worker
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.smtp import mailer as smtp_mailer
-from outbox_core.lease import exchange_deadline
+from outbox_core.lease import BatchClock, exchange_deadline
 from outbox_core.outcomes import Outcome
 
 STORE = "tests/integration/test_postgres_store.py"
@@ -75,6 +75,12 @@ async def _attached(attempt: Callable[[], Coroutine[Any, Any, Any]], _keep: set[
 
 
 @contextlib.asynccontextmanager
+def _unanswered(self: BatchClock, at: float) -> BatchClock:
+    """The mutant of BatchClock.answered: the deadline stays counted from the claim's start."""
+    del at
+    return self
+
+
 async def _unrenewed(_self: Leadership) -> AsyncIterator[None]:
     """The mutant of Leadership.renewed: no renewal task beside the batch."""
     yield
@@ -227,6 +233,14 @@ MUTANTS += (
         "drop the renewal task beside the batch (Leadership.renewed does nothing)",
         f"{LEADER}::test_a_worker_keeps_its_lane_through_a_batch_longer_than_the_ttl",
         (Leadership, "renewed", _unrenewed),
+    ),
+    Mutant(
+        "batch-timeout-from-claim-start",
+        "the batch timeout counts from the claim's answer (a batch of one can start its row)",
+        "keep the deadline counted from the claim's start (BatchClock.answered returns the clock)",
+        "tests/unit/test_worker.py::"
+        "test_a_batch_of_one_row_starts_its_row_after_a_claim_that_took_time",
+        (BatchClock, "answered", _unanswered),
     ),
 )
 

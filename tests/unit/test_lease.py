@@ -168,6 +168,28 @@ def test_a_batch_clock_holds_its_two_deadlines():
         clock.batch_deadline = M0  # type: ignore[misc]
 
 
+def test_the_batch_timeout_counts_from_the_claims_answer_never_past_the_lease():
+    # A batch of one with the shortest timeout the chain allows (its per-row budget): counted from
+    # the claim's start, the row could never start once the claim took any time at all.
+    clock = BatchClock.start(M0, batch_timeout=60 * S, lease=120 * S)
+    assert not clock.may_start_row(M0 + 0.2, per_row=60)
+    answered = clock.answered(M0 + 0.2)
+    assert answered.may_start_row(M0 + 0.2, per_row=60)
+    assert (answered.claimed_at, answered.batch_deadline, answered.lease_deadline) == (
+        M0,
+        M0 + 60.2,
+        M0 + 120,
+    )
+    # A claim that answered late: the deadline stops at the lease, which still counts from the
+    # claim's start.
+    late = clock.answered(M0 + 100)
+    assert late.batch_deadline == late.lease_deadline == M0 + 120
+    assert not late.may_start_row(M0 + 100, per_row=60)
+    assert late.row_deadline(M0 + 100, per_row=10) == M0 + 110
+    with pytest.raises(ValueError, match="at"):
+        clock.answered(math.nan)
+
+
 # -- the leadership gate -------------------------------------------------------------------------
 
 

@@ -238,6 +238,40 @@ class FlakyClaims(MemoryStore):
         return await super().claim_due(request)
 
 
+class SlowClaims(MemoryStore):
+    """A store whose claim takes ``seconds`` (of the fake clock) to answer."""
+
+    def __init__(self, clock: FakeClock, seconds: float) -> None:
+        super().__init__(clock=clock)
+        self._clock = clock
+        self.seconds = seconds
+        self.claims = 0
+
+    async def claim_due(self, request):
+        self.claims += 1
+        rows = await super().claim_due(request)
+        self._clock.advance(self.seconds)
+        return rows
+
+
+async def test_a_batch_of_one_row_starts_its_row_after_a_claim_that_took_time() -> None:
+    """The shortest batch timeout (batch 1 x per-row) must still admit the row the claim took: the
+    timeout counts from the claim's answer (a batch of one would otherwise give its row back and
+    claim it again, forever)."""
+    clock = FakeClock(T0)
+    store = SlowClaims(clock, seconds=0.3)
+    ids = [int(store.enqueue(NewMessage("email", {"n": n})).row_id) for n in range(3)]
+    handler = RecordingHandler()
+    worker = worker_for(store, handler, clock, timing=EmailTiming(batch_size=1))
+
+    first = await worker.run_once()
+    assert (first.dispatched, first.released) == (1, 0)
+    stats = await worker.run(drain=True)
+    assert stats.dispatched == 3  # since the worker started: the first batch too
+    assert sorted(call.row.id for call in handler.calls) == ids
+    assert store.claims == 4  # one per row, and the one that found nothing
+
+
 async def test_a_database_outage_does_not_end_the_worker() -> None:
     clock = FakeClock(T0)
     store = FlakyClaims(clock, failures=2)

@@ -206,8 +206,9 @@ class Worker:
             rows = await self.store.claim_due(
                 ClaimRequest(self.config.lane, timing.batch_size, lease, token)
             )
-        self.batch.metrics.claimed(self.clock.monotonic() - times.claimed_at)
-        return rows, times
+        answered = self.clock.monotonic()
+        self.batch.metrics.claimed(answered - times.claimed_at)
+        return rows, times.answered(answered)
 
     async def wait_for_marks(self) -> None:
         """Wait for every detached mark still running (each is bounded by its own budget)."""
