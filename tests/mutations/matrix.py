@@ -74,13 +74,13 @@ async def _attached(attempt: Callable[[], Coroutine[Any, Any, Any]], _keep: set[
     return await attempt()
 
 
-@contextlib.asynccontextmanager
 def _unanswered(self: BatchClock, at: float) -> BatchClock:
     """The mutant of BatchClock.answered: the deadline stays counted from the claim's start."""
     del at
     return self
 
 
+@contextlib.asynccontextmanager
 async def _unrenewed(_self: Leadership) -> AsyncIterator[None]:
     """The mutant of Leadership.renewed: no renewal task beside the batch."""
     yield

@@ -243,14 +243,14 @@ class SlowClaims(MemoryStore):
 
     def __init__(self, clock: FakeClock, seconds: float) -> None:
         super().__init__(clock=clock)
-        self._clock = clock
+        self.fake_clock = clock
         self.seconds = seconds
         self.claims = 0
 
     async def claim_due(self, request):
         self.claims += 1
         rows = await super().claim_due(request)
-        self._clock.advance(self.seconds)
+        self.fake_clock.advance(self.seconds)
         return rows
 
 
