@@ -1,6 +1,7 @@
 """Traces across real servers (ADR 0028): the enqueue's span context is stored in the row on
 PostgreSQL, the worker's delivery span links to it, and through NATS the relay's headers carry it to
-a consumer channel, whose delivery links to the original enqueue too.
+a consumer channel, whose delivery links to the original enqueue too; a webhook fan-out hands the
+event's context to every delivery, whose attempts link to it.
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 from tests.support.postgres import query
+from tests.support.receivers import HttpReceiver
 from tests.support.telemetry import Recorded, context_of, recording
+from tests.support.webhooks import Webhooks, new_secret
 
 from outbox_adapters.brokers import NatsBroker, StreamSpec, broker_from_url
+from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
 from outbox_adapters.lanes.consumer import ChannelConsumer, Settlement
 from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.lanes.relay import RelayHandler, relay_lane
+from outbox_adapters.lanes.webhook_workers import WebhookWorkers
+from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
 from outbox_adapters.memory import RecordingHandler
 from outbox_adapters.postgres import PostgresStore, enqueue_async
 from outbox_adapters.postgres.channels import PostgresParkLedger
@@ -137,3 +143,39 @@ async def test_the_relay_carries_the_context_through_nats_to_the_consumer_channe
         attributes: dict[str, Any] = dict(otel.span(f"process {topic}").attributes or {})
         assert attributes["messaging.consumer.group.name"] == channel.name
         assert attributes["messaging.message.id"] == published.event.id
+
+
+@pytest.mark.usefixtures("empty_outbox")
+async def test_a_webhook_fan_out_hands_the_context_to_each_delivery(wh: Webhooks) -> None:
+    guard = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
+    with recording() as otel, HttpReceiver() as hook, HttpReceiver() as other:
+        for receiver in (hook, other):
+            await wh.repo.add_endpoint(receiver.url(), ["invoice.paid"], secret=new_secret())
+        row_id = await wh.enqueue("invoice.paid", invoice=1)
+        [(stored,)] = await wh.rows(
+            "SELECT trace_context FROM outbox_webhook WHERE id = %s", row_id
+        )
+        assert stored == traceparent(otel, "send webhooks")
+        async with HttpxWebhookSender(guard) as sender:
+            workers = WebhookWorkers(
+                wh.pool,
+                sender,
+                drain_config=drain_lane(poll_interval=0.05),
+                delivery_config=delivery_lane(poll_interval=0.05),
+                leader=False,
+            )
+            stats = await workers.run(drain=True)
+        assert stats.first_attempts.dispatched == 2
+        # Both deliveries carry the event's context, and each attempt's span links to its enqueue.
+        assert await wh.rows("SELECT DISTINCT trace_context FROM outbox_webhook_delivery") == [
+            (stored,)
+        ]
+        attempts = [s for s in otel.spans() if s.name == "process webhook_deliveries"]
+        assert len(attempts) == 2
+        produced = context_of(otel.span("send webhooks"))
+        for span in attempts:
+            [link] = span.links
+            assert (link.context.trace_id, link.context.span_id) == (
+                produced.trace_id,
+                produced.span_id,
+            )
