@@ -172,12 +172,9 @@ class KafkaBroker:
             if code and error is not kafka_errors.TopicAlreadyExistsError:
                 raise error(f"creating topic {topic}: {rest[0] if rest else ''}")
 
-    async def dead_letters(self, topic: str, *, limit: int = 100) -> list[DeadLetter]:
-        return [letter for letter, _, _ in await self._parked(dlq_subject(topic))][:limit]
-
-    async def _parked(self, dlq: str) -> list[tuple[DeadLetter, bytes, bytes | None]]:
-        """Every parked record of ``dlq`` not redriven since, oldest first per partition."""
-        reader = AIOKafkaConsumer(
+    def _reader(self) -> AIOKafkaConsumer:
+        """A consumer outside any group (reads positions and records, commits nothing)."""
+        return AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             client_id=self.client_id,
             **self.security,
@@ -185,6 +182,13 @@ class KafkaBroker:
             enable_auto_commit=False,
             request_timeout_ms=self.request_timeout_ms,
         )
+
+    async def dead_letters(self, topic: str, *, limit: int = 100) -> list[DeadLetter]:
+        return [letter for letter, _, _ in await self._parked(dlq_subject(topic))][:limit]
+
+    async def _parked(self, dlq: str) -> list[tuple[DeadLetter, bytes, bytes | None]]:
+        """Every parked record of ``dlq`` not redriven since, oldest first per partition."""
+        reader = self._reader()
         parked: dict[str, list[tuple[DeadLetter, bytes, bytes | None]]] = {}
         producer = await self.producer()
         async with operation(f"listing {dlq}"):
@@ -258,14 +262,7 @@ class KafkaBroker:
             **self.security,
             request_timeout_ms=self.request_timeout_ms,
         )
-        reader = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            client_id=self.client_id,
-            **self.security,
-            group_id=None,
-            enable_auto_commit=False,
-            request_timeout_ms=self.request_timeout_ms,
-        )
+        reader = self._reader()
         producer = await self.producer()
         async with operation(f"reading the lag of {group} on {subject}"):
             partitions = [

@@ -3,13 +3,15 @@ consumer channels parked (``--queue parked``), then the newest ones (never paylo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 
 from outbox_adapters.cli.operator import operator_store, when
 from outbox_adapters.cli.options import connection_pool, database_url, lane_option, option, run
 from outbox_adapters.postgres.parked import REDRIVE_HINT, parked_report
 from outbox_adapters.postgres.queues import QUEUES
-from outbox_core.operator import FailedReport, ParkedReport
+from outbox_core.operator import ErrorGroup, FailedReport, ParkedReport
 from outbox_core.top import error_classes
 
 __all__ = ["failed_command"]
@@ -63,13 +65,7 @@ def failed_command(
     if not report.by_error:
         click.echo(f"no failed {queue}" + (f" in lane {lane}" if lane else ""))
         return
-    groups = report.by_error if exact else error_classes(report.by_error)
-    click.echo(f"failed {queue} by {'error' if exact else 'error class'}:")
-    for group in groups:
-        click.echo(
-            f"  {group.rows:>6}  {group.error or '(no error recorded)'}"
-            f"  [{when(group.first_failed_at)} .. {when(group.last_failed_at)}]"
-        )
+    _print_groups(f"failed {queue}", "error", report.by_error, exact=exact)
     click.echo(f"newest {len(report.rows)} failed row(s):")
     click.echo(f"  {'id':>10}  {'lane':<12} {'attempts':>8}  {'failed at':<25}  error")
     for row in report.rows:
@@ -88,13 +84,7 @@ def _print_parked(database_url: str, channel: str | None, limit: int, *, exact: 
     if not report.by_error:
         click.echo("no parked events" + (f" in channel {channel}" if channel else ""))
         return
-    groups = report.by_error if exact else error_classes(report.by_error)
-    click.echo(f"parked events by {'reason' if exact else 'error class'}:")
-    for group in groups:
-        click.echo(
-            f"  {group.rows:>6}  {group.error or '(no reason recorded)'}"
-            f"  [{when(group.first_failed_at)} .. {when(group.last_failed_at)}]"
-        )
+    _print_groups("parked events", "reason", report.by_error, exact=exact)
     click.echo(f"newest {len(report.rows)} parked event(s):")
     click.echo(f"  {'event':<36}  {'channel':<20} {'kind':<18} {'attempts':>8}  parked at")
     for row in report.rows:
@@ -103,3 +93,14 @@ def _print_parked(database_url: str, channel: str | None, limit: int, *, exact: 
             f"  {when(row.parked_at)}  {row.reason}"
         )
     click.echo(REDRIVE_HINT)
+
+
+def _print_groups(what: str, cause: str, groups: Sequence[ErrorGroup], *, exact: bool) -> None:
+    """``what`` by exact ``cause`` or by error class: count, cause, first and last time."""
+    shown = groups if exact else error_classes(groups)
+    click.echo(f"{what} by {cause if exact else 'error class'}:")
+    for group in shown:
+        click.echo(
+            f"  {group.rows:>6}  {group.error or f'(no {cause} recorded)'}"
+            f"  [{when(group.first_failed_at)} .. {when(group.last_failed_at)}]"
+        )
