@@ -6,9 +6,14 @@ a trace of its own, LINKED to the enqueue's; the runtime's counters and histogra
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 from tests.support.telemetry import context_of, recording
 
@@ -19,6 +24,7 @@ from outbox_adapters.lanes.relay import relay_message
 from outbox_adapters.memory import MemoryStore, RecordingHandler
 from outbox_adapters.postgres.events import event_message, new_event
 from outbox_adapters.runtime import BatchReport, Worker
+from outbox_adapters.telemetry import providers
 from outbox_adapters.telemetry.context import from_headers, to_headers
 from outbox_adapters.telemetry.metrics import LaneMetrics
 from outbox_core.messages import (
@@ -89,6 +95,42 @@ async def test_without_an_sdk_nothing_is_stored_and_everything_still_works() -> 
     stats = await worker(store, handler, clock).run(drain=True)
     assert stats.dispatched == 1
     assert handler.calls[0].row.trace_context is None
+
+
+def test_no_span_or_instrument_is_made_until_a_provider_is_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the API but no SDK, the library makes nothing (the proxies cost tens of microseconds a
+    row); it asks the API again at most every RECHECK seconds, and uses a provider set later."""
+    telemetry.use()
+    now = [100.0]
+    asked: list[str] = []
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    proxy = otel_trace.get_tracer_provider()
+    meter_proxy = otel_metrics.get_meter_provider()
+    configured: dict[str, object] = {"tracing": proxy, "metrics": meter_proxy}
+
+    def tracer_provider() -> object:
+        asked.append("tracing")
+        return configured["tracing"]
+
+    def meter_provider() -> object:
+        asked.append("metrics")
+        return configured["metrics"]
+
+    monkeypatch.setattr(otel_trace, "get_tracer_provider", tracer_provider)
+    monkeypatch.setattr(otel_metrics, "get_meter_provider", meter_provider)
+    assert (providers.tracer(), providers.instruments()) == (None, None)
+    assert (providers.tracer(), providers.instruments()) == (None, None)
+    assert asked == ["tracing", "metrics"]  # not asked again within the recheck interval
+    configured.update(tracing=SdkTracerProvider(), metrics=SdkMeterProvider())
+    now[0] += providers.RECHECK / 2
+    assert (providers.tracer(), providers.instruments()) == (None, None)
+    now[0] += providers.RECHECK
+    assert providers.tracer() is not None
+    assert providers.instruments() is not None
+    assert asked[:4] == ["tracing", "metrics", "tracing", "metrics"]
+    telemetry.use()
 
 
 # --- the delivery span ---------------------------------------------------------------------------

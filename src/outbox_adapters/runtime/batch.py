@@ -171,7 +171,7 @@ class BatchRunner:
         """Count the mark's result; a dispatched row also reports its enqueue-to-sent latency."""
         count(mark, result, report)
         if result is MarkResult.APPLIED and mark.status is Status.DISPATCHED:
-            self.metrics.delivered((self.clock.now() - row.created_at).total_seconds())
+            self.metrics.delivered(row.created_at, self.clock)
 
     async def _send(self, row: ClaimedRow, times: BatchClock, report: BatchReport) -> Outcome:
         """The handler, within the row's send budget, never past the lease nor the leader term."""

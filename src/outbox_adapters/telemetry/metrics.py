@@ -12,9 +12,13 @@ the budget counter adds ``outbox.budget`` (``row``: a send cut off by its per-ro
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from datetime import datetime
+from typing import TYPE_CHECKING, Final, Protocol
 
 from outbox_adapters.telemetry import providers
+
+if TYPE_CHECKING:
+    from outbox_core.ports import Clock
 
 __all__ = ["LANE", "Counts", "LaneMetrics"]
 
@@ -66,10 +70,12 @@ class LaneMetrics:
         if found is not None:
             found.claim_duration.record(seconds, self._attributes)
 
-    def delivered(self, seconds: float) -> None:
-        """A row was marked dispatched ``seconds`` after it was enqueued."""
+    def delivered(self, enqueued_at: datetime, clock: Clock) -> None:
+        """A row enqueued at ``enqueued_at`` was marked dispatched now (the clock is read only when
+        the figure is recorded: this is on every row's path)."""
         found = providers.instruments()
         if found is not None:
+            seconds = (clock.now() - enqueued_at).total_seconds()
             found.end_to_end.record(max(0.0, seconds), self._attributes)
 
     def batch(self, report: Counts) -> None:

@@ -13,7 +13,10 @@ once it does; with no SDK at all they are the API's no-ops.
 
 from __future__ import annotations
 
+import importlib
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -43,9 +46,25 @@ __all__ = [
 
 #: Whether the OpenTelemetry API could be imported.
 AVAILABLE: Final = otel_trace is not None
-#: The global tracer providers that mean "no SDK configured".
-_UNCONFIGURED: Final[tuple[type, ...]] = (
+#: How often the global providers are looked at again while none is configured (seconds).
+RECHECK: Final = 1.0
+#: The global providers that mean "no SDK configured": the API's no-ops and the proxies it hands
+#: out until a provider is set (the meter proxy's class is not exported: looked up, and left out
+#: if an API version moved it, which only costs the proxy's no-op calls).
+_UNCONFIGURED_TRACING: Final[tuple[type, ...]] = (
     (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider) if AVAILABLE else ()
+)
+_UNCONFIGURED_METRICS: Final[tuple[type, ...]] = (
+    (
+        otel_metrics.NoOpMeterProvider,
+        *(
+            getattr(importlib.import_module("opentelemetry.metrics._internal"), name)
+            for name in ("_ProxyMeterProvider",)
+            if hasattr(importlib.import_module("opentelemetry.metrics._internal"), name)
+        ),
+    )
+    if AVAILABLE
+    else ()
 )
 #: The instrumentation scope of every span and metric the library makes.
 SCOPE: Final = "leased_outbox"
@@ -114,6 +133,8 @@ class _State:
     instruments: Instruments | None = None
     tracer_provider: Any = None
     meter_provider: Any = None
+    #: When to look at each unconfigured global provider again (monotonic seconds).
+    recheck_at: dict[str, float] = attrs.Factory(dict)
 
 
 _state = _State()
@@ -133,6 +154,7 @@ def use(
         _state.meter_provider = meter_provider
         _state.tracer = None
         _state.instruments = None
+        _state.recheck_at.clear()
 
 
 def current_tracer_provider() -> TracerProvider | None:
@@ -141,18 +163,18 @@ def current_tracer_provider() -> TracerProvider | None:
 
 
 def tracer() -> Tracer | None:
-    """The library's tracer; ``None`` when the OpenTelemetry API is not installed, or when no
-    tracer provider is configured yet (the global one is still the API's proxy or no-op): its
-    spans would record nothing, and making them costs tens of microseconds a row. Checked again
-    on every call until a provider is there, so a host that configures its SDK after the worker
-    started is traced from then on."""
+    """The library's tracer; ``None`` when the OpenTelemetry API is not installed, or while no
+    tracer provider is configured (the global one is still the API's proxy or no-op): its spans
+    would record nothing, and making them costs tens of microseconds a row. Looked at again at
+    most every :data:`RECHECK` seconds, so a host that configures its SDK after the worker started
+    is traced from then on."""
     found: Tracer | None = _state.tracer
     if found is not None or not AVAILABLE:
         return found
     provider = _state.tracer_provider
     if provider is None:
-        provider = otel_trace.get_tracer_provider()
-        if isinstance(provider, _UNCONFIGURED):
+        provider = _configured(otel_trace.get_tracer_provider, _UNCONFIGURED_TRACING, "tracing")
+        if provider is None:
             return None
     with _lock:
         found = _state.tracer = otel_trace.get_tracer(SCOPE, tracer_provider=provider)
@@ -160,9 +182,29 @@ def tracer() -> Tracer | None:
 
 
 def instruments() -> Instruments | None:
-    """The library's instruments; ``None`` when the OpenTelemetry API is not installed."""
+    """The library's instruments; ``None`` when the OpenTelemetry API is not installed, or while no
+    meter provider is configured (as for :func:`tracer`)."""
     found = _state.instruments
-    if found is None and AVAILABLE:
-        with _lock:
-            found = _state.instruments = _instruments(_state.meter_provider)
+    if found is not None or not AVAILABLE:
+        return found
+    provider = _state.meter_provider
+    if provider is None:
+        provider = _configured(otel_metrics.get_meter_provider, _UNCONFIGURED_METRICS, "metrics")
+        if provider is None:
+            return None
+    with _lock:
+        found = _state.instruments = _instruments(provider)
     return found
+
+
+def _configured(get: Callable[[], Any], unconfigured: tuple[type, ...], which: str) -> Any:  # noqa: ANN401 - a provider
+    """The global provider ``get`` returns, or ``None`` while it is one of ``unconfigured`` (then
+    not asked again for :data:`RECHECK` seconds: the API's lookup reads the environment)."""
+    now = time.monotonic()
+    if now < _state.recheck_at.get(which, 0.0):
+        return None
+    provider = get()
+    if isinstance(provider, unconfigured):
+        _state.recheck_at[which] = now + RECHECK
+        return None
+    return provider
