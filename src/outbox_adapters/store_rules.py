@@ -14,8 +14,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Final
 
+import attrs
+
+from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import Mark, RowId
 from outbox_core.operator import StoreStats
@@ -25,6 +29,7 @@ from outbox_core.ports import MarkResult
 __all__ = [
     "MAX_PAYLOAD_BYTES",
     "NO_SUCH_ROW",
+    "RecipientRow",
     "check_batch_size",
     "check_distinct_rows",
     "coerce_row_id",
@@ -126,3 +131,16 @@ def check_batch_size(batch_size: object) -> int:
             f"batch_size must be a positive number of rows, got {batch_size!r}"
         )
     return batch_size
+
+
+@attrs.frozen
+class RecipientRow:
+    """One recipient's row as a consumer channel sees it (``RecipientRows.ensure`` answers with
+    these, on PostgreSQL and in memory alike)."""
+
+    key: str
+    status: Status
+    attempts: int
+    last_error: str | None
+    #: How long until the row is worth looking at again (0: due, or a send is in flight).
+    wait: timedelta

@@ -69,6 +69,11 @@ def _mutants() -> tuple[SimMutant, ...]:
             "leader-no-renewal-in-batch", "leader-no-renewal-in-batch",
             "leader term renewed while a batch runs", _runtime("leader-no-renewal-in-batch"),
         ),
+        SimMutant(
+            "consumer-dedup-key-without-kind", "consumer-dedup-key-without-kind",
+            "per-recipient dedup key (event_id, kind)",
+            _runtime("consumer-dedup-key-without-kind"),
+        ),
     )  # fmt: skip
 
 

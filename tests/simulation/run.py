@@ -10,6 +10,7 @@ import random
 from typing import Any, Final
 
 import attrs
+from tests.simulation.channel import ChannelWorld
 from tests.simulation.invariants import check_end
 from tests.simulation.plan import Plan
 from tests.simulation.vloop import EPOCH, VirtualLoop
@@ -48,7 +49,7 @@ def simulate(plan: Plan) -> Result:
     setattr(email_lane_module, _BUILD, _built_once)
     loop = VirtualLoop(rng=random.Random(f"reorder-{plan.seed}"))  # noqa: S311 - seeded
     loop.set_exception_handler(lambda _loop, _context: None)
-    world = World(plan, loop)
+    world = world_for(plan, loop)
     levels = {name: logging.getLogger(name).level for name in _SILENCED}
     for name in _SILENCED:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
@@ -56,6 +57,8 @@ def simulate(plan: Plan) -> Result:
         loop.run_until_complete(world.main())
         world.result.simulated_seconds = loop.time()
         check_end(world)
+        if isinstance(world, ChannelWorld):
+            world.check_channel_end()
     finally:
         _close(loop)
         for name, level in levels.items():
@@ -63,6 +66,12 @@ def simulate(plan: Plan) -> Result:
         setattr(email_lane_module, _BUILD, original_build)
     world.result.trace_hash = world._hash.hexdigest()
     return world.result
+
+
+def world_for(plan: Plan, loop: VirtualLoop) -> World:
+    """The world a seed stands for: the e-mail lane, the e-mail channel or the relay, in turn."""
+    worlds: tuple[type[World], ...] = (World, ChannelWorld, World)
+    return worlds[plan.seed % len(worlds)](plan, loop)
 
 
 def _close(loop: VirtualLoop) -> None:

@@ -21,7 +21,7 @@ import hashlib
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Final
 
@@ -94,7 +94,15 @@ class Node:
         self.claimed_at = -math.inf
         self.disturbed = False
         self.worker: Worker | None = None
+        #: What else stops with the worker (a consumer channel's consumer).
+        self.stoppers: list[Callable[[], None]] = []
         self.task: asyncio.Task[object] | None = None
+
+    def request_stop(self) -> None:
+        if self.worker is not None:
+            self.worker.request_stop()
+        for stop in self.stoppers:
+            stop()
 
     @property
     def running(self) -> bool:
@@ -345,8 +353,8 @@ class World:
             await asyncio.sleep(5)
         self.closing = True
         for node in self.slots:
-            if node.running and node.worker is not None:
-                node.worker.request_stop()
+            if node.running:
+                node.request_stop()
         running = [n.task for n in (*self.slots, *self.retired) if n.task and not n.task.done()]
         if running:
             await asyncio.wait(running, timeout=self.lease + 60)

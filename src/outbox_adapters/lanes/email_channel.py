@@ -25,8 +25,13 @@ from typing import Any, Final
 import attrs
 
 from outbox_adapters.lanes.email import email_lane, email_message
-from outbox_adapters.lanes.row_channel import RECHECK, RECHECK_CAP, Recipient, RowChannel
-from outbox_adapters.postgres.channels import RecipientRows
+from outbox_adapters.lanes.row_channel import (
+    RECHECK,
+    RECHECK_CAP,
+    Recipient,
+    RecipientRowStore,
+    RowChannel,
+)
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.backoff import CONSUMER_BACKOFF
 from outbox_core.errors import ConfigurationError, InvalidMessage
@@ -173,7 +178,7 @@ def email_recipients(
 
 
 def email_channel(
-    rows: RecipientRows,
+    rows: RecipientRowStore,
     recipes: EmailRecipes,
     *,
     name: str = EMAIL_CHANNEL_GROUP,

@@ -28,23 +28,41 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Final
+from typing import Final, Protocol
 
 import attrs
 
 from outbox_adapters.lanes.consumer import Parked, Settlement
-from outbox_adapters.postgres.channels import RecipientRow, RecipientRows
+from outbox_adapters.postgres.channels import RecipientRow
 from outbox_core.delivery import Status
 from outbox_core.events import EventEnvelope
 from outbox_core.messages import NewMessage
 from outbox_core.ports import ReceivedMessage
 
-__all__ = ["RECHECK", "RECHECK_CAP", "Recipient", "RowChannel", "recipient_key"]
+__all__ = [
+    "RECHECK",
+    "RECHECK_CAP",
+    "Recipient",
+    "RecipientRowStore",
+    "RowChannel",
+    "recipient_key",
+]
 
 #: How soon a nak'd event is looked at again while a row is due or being sent.
 RECHECK: Final = timedelta(seconds=2)
 #: The longest a nak'd event waits before it is looked at again.
 RECHECK_CAP: Final = timedelta(seconds=30)
+
+
+class RecipientRowStore(Protocol):
+    """Where a channel writes its per-recipient rows (``postgres.channels.RecipientRows``; in
+    memory, ``memory.channels.MemoryRecipientRows``): insert-or-nothing on (lane, idempotency key),
+    then every row's state by key, in one step."""
+
+    @property
+    def lane(self) -> str: ...
+
+    async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]: ...
 
 
 def recipient_key(event_id: str, kind: str) -> str:
@@ -76,7 +94,7 @@ class RowChannel:
     def __init__(
         self,
         name: str,
-        rows: RecipientRows,
+        rows: RecipientRowStore,
         recipients: Recipients,
         *,
         recheck: timedelta = RECHECK,

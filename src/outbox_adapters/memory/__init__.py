@@ -14,6 +14,8 @@ module                 holds
 :mod:`.operator`       the store's operator side (get, failed, stats, payload rewrite)
 :mod:`.rows`           the stored row and the pure rules applied to it (scrub, requeue filter)
 :mod:`.stamps`         the time a write is stamped with (the caller's ``now`` or the clock's)
+:mod:`.channels`       :class:`MemoryRecipientRows` and :class:`MemoryParkLedger`, the consumer
+                       channels' rows and parking ledger over a :class:`MemoryStore`
 =====================  ==========================================================================
 
 The value types the store answers with (:class:`StoredRow`, :class:`FailedReport`, ...) are the
@@ -22,6 +24,7 @@ False`` simulates an outage: every operation raises :class:`~outbox_core.errors.
 """
 
 from outbox_adapters.memory.broker import MemoryBroker, MemoryConsumer, MemoryPublisher
+from outbox_adapters.memory.channels import MemoryParkLedger, MemoryRecipientRows
 from outbox_adapters.memory.leader import MemoryLeaderLease
 from outbox_adapters.memory.recording import (
     HandlerCall,
@@ -54,7 +57,9 @@ __all__ = [
     "MemoryBroker",
     "MemoryConsumer",
     "MemoryLeaderLease",
+    "MemoryParkLedger",
     "MemoryPublisher",
+    "MemoryRecipientRows",
     "MemoryStore",
     "PayloadRewrites",
     "RecordingHandler",

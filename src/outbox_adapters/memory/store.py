@@ -186,6 +186,13 @@ class MemoryStore(MemoryOperatorReads):
         self._wakeups.wake(lane)
         return EnqueueResult(row_id=row.id, created=True)
 
+    def rows_by_key(self, lane: str, keys: Sequence[str]) -> dict[str, Row]:
+        """The rows of ``lane`` carrying these idempotency keys, by key (the ones that exist)."""
+        with self._lock:
+            return {
+                key: self._rows[self._keys[lane, key]] for key in keys if (lane, key) in self._keys
+            }
+
     def wakeup(self, lane: str) -> LaneWakeup:
         """A signal set by every enqueue into ``lane``, for one worker (``Worker(wakeup=...)``):
         what :meth:`outbox_adapters.postgres.WakeupListener.wakeup` gives on PostgreSQL."""

@@ -25,6 +25,7 @@ from sqlalchemy import Table
 from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.errors import mapped_outages
 from outbox_adapters.postgres.tables import check_queue_table, outbox_message
+from outbox_adapters.store_rules import RecipientRow
 from outbox_core.delivery import Status
 from outbox_core.messages import NewMessage
 
@@ -61,18 +62,6 @@ INSERT INTO outbox_notification (event_id, audience, tenant_id, title, body)
 VALUES (%(event_id)s, %(audience)s, %(tenant_id)s, %(title)s, %(body)s)
 ON CONFLICT (event_id, audience) DO NOTHING
 """
-
-
-@attrs.frozen
-class RecipientRow:
-    """One recipient's row as the channel sees it."""
-
-    key: str
-    status: Status
-    attempts: int
-    last_error: str | None
-    #: How long until the row is worth looking at again (0: due, or a send is in flight).
-    wait: timedelta
 
 
 class RecipientRows:

@@ -1,0 +1,105 @@
+"""The consumer channels' rows and parking ledger: the in-memory ones (``memory.channels``) against
+PostgreSQL's (``postgres.channels``), one suite, so the simulator's fakes keep the real semantics.
+
+- ``ensure`` writes a message unless its (lane, key) exists, and answers every row's state by key;
+- a pending row due later waits until then; a claimed one waits 0; a failed one keeps its error;
+- a message of another lane, or without a key, is refused before anything is written;
+- the ledger records each (channel, event, kind) once and lists an event's kinds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from outbox_adapters.lanes.consumer import ParkLedger
+from outbox_adapters.lanes.email import email_message
+from outbox_adapters.lanes.row_channel import RecipientRowStore
+from outbox_adapters.memory import MemoryParkLedger, MemoryRecipientRows, MemoryStore
+from outbox_adapters.postgres import PostgresStore
+from outbox_adapters.postgres.channels import PostgresParkLedger, RecipientRows
+from outbox_core.delivery import Status
+from outbox_core.messages import ClaimToken, Mark, NewMessage
+from outbox_core.ports import ClaimRequest, OutboxStore
+
+LANE = "contract-channel"
+Parts = tuple[RecipientRowStore, ParkLedger, OutboxStore]
+
+
+@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.integration)])
+async def parts(request: pytest.FixtureRequest) -> AsyncIterator[Parts]:
+    if request.param == "memory":
+        store = MemoryStore()
+        yield MemoryRecipientRows(store, lane=LANE), MemoryParkLedger(store), store
+        return
+    dsn: str = request.getfixturevalue("contract_dsn")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE outbox_message, outbox_channel_parked RESTART IDENTITY")
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False
+    )
+    async with pool:
+        yield RecipientRows(pool, lane=LANE), PostgresParkLedger(pool), PostgresStore(pool)
+
+
+def _message(key: str | None, *, to: str = "a@example.org", lane: str = LANE) -> NewMessage:
+    return email_message(to=to, subject="s", text="t", lane=lane, idempotency_key=key)
+
+
+async def test_ensure_writes_once_per_key_and_answers_every_row(parts: Parts) -> None:
+    rows, _, _ = parts
+    first = await rows.ensure([_message("e1:welcome"), _message("e1:notify")])
+    again = await rows.ensure([_message("e1:welcome", to="other@example.org")])
+    assert set(first) == {"e1:welcome", "e1:notify"}
+    assert set(again) == {"e1:welcome"}
+    for row in (*first.values(), *again.values()):
+        assert (row.status, row.attempts, row.last_error) == (Status.PENDING, 0, None)
+        assert row.wait == timedelta(0)  # due now
+
+
+async def test_a_row_reports_its_claim_its_retry_and_its_failure(parts: Parts) -> None:
+    rows, _, store = parts
+    await rows.ensure([_message("e2:a"), _message("e2:b")])
+    token = ClaimToken.from_entropy(os.urandom(16))
+    claimed = await store.claim_due(
+        ClaimRequest(lane=LANE, limit=2, lease=timedelta(minutes=5), token=token)
+    )
+    assert len(claimed) == 2
+    during = await rows.ensure([_message("e2:a")])
+    assert during["e2:a"].wait == timedelta(0)  # a send is in flight
+    a, b = sorted(claimed, key=lambda row: row.id)
+    await store.mark_if_pending(Mark.retry(a, "451 later", delay=timedelta(minutes=10)))
+    await store.mark_if_pending(Mark.failed(b, "550 no such user"))
+    after = await rows.ensure([_message("e2:a"), _message("e2:b")])
+    assert after["e2:a"].status is Status.PENDING
+    assert timedelta(minutes=9) < after["e2:a"].wait <= timedelta(minutes=10)
+    assert (after["e2:b"].status, after["e2:b"].attempts) == (Status.FAILED, 1)
+    assert after["e2:b"].last_error == "550 no such user"
+
+
+@pytest.mark.parametrize("bad", [_message(None), _message("k", lane="another-lane")])
+async def test_a_message_without_key_or_of_another_lane_is_refused(
+    parts: Parts, bad: NewMessage
+) -> None:
+    rows, _, _ = parts
+    with pytest.raises(ValueError, match="idempotency key"):
+        await rows.ensure([_message("e3:ok"), bad])
+    assert await rows.ensure([]) == {}
+    assert "e3:ok" not in await rows.ensure([_message("e3:other")])
+
+
+async def test_the_ledger_records_each_kind_once(parts: Parts) -> None:
+    _, ledger, _ = parts
+    assert await ledger.parked("email", "e4") == frozenset()
+    await ledger.record("email", "e4", "welcome", reason="bad address", attempts=0)
+    await ledger.record("email", "e4", "welcome", reason="again", attempts=3)
+    await ledger.record("email", "e4", "notify", reason="550", attempts=2)
+    await ledger.record("inapp", "e4", "x", reason="r", attempts=0)
+    assert await ledger.parked("email", "e4") == frozenset({"welcome", "notify"})
+    assert await ledger.parked("email", "e5") == frozenset()
