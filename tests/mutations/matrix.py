@@ -32,6 +32,7 @@ from outbox_adapters.postgres.webhooks import statements as _webhook_statements
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import marking as worker
 from outbox_adapters.runtime.leadership import Leadership
+from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.smtp import mailer as smtp_mailer
 from outbox_core.lease import BatchClock, exchange_deadline
 from outbox_core.outcomes import Outcome
@@ -72,6 +73,11 @@ def _replace(name: str, old: str, new: str, module: Any = statements) -> tuple[o
 async def _attached(attempt: Callable[[], Coroutine[Any, Any, Any]], _keep: set[Any]) -> Any:
     """The mutant of run_surviving_cancel: a mark cut off by the batch's cancellation is lost."""
     return await attempt()
+
+
+def _no_detached_group(_self: Marker, marks: Any) -> None:
+    """The mutant of Marker.detach_group: a cancelled window's ended rows are not recorded."""
+    del marks
 
 
 def _unanswered(self: BatchClock, at: float) -> BatchClock:
@@ -233,6 +239,14 @@ MUTANTS += (
         "drop the renewal task beside the batch (Leadership.renewed does nothing)",
         f"{LEADER}::test_a_worker_keeps_its_lane_through_a_batch_longer_than_the_ttl",
         (Leadership, "renewed", _unrenewed),
+    ),
+    Mutant(
+        "window-cancel-drops-ended-rows",
+        "a window cancelled mid-send records the rows whose send ended",
+        "drop their marks (Marker.detach_group does nothing)",
+        "tests/unit/test_worker.py::"
+        "test_a_window_cancelled_while_one_row_hangs_records_the_rows_that_ended",
+        (Marker, "detach_group", _no_detached_group),
     ),
     Mutant(
         "batch-timeout-from-claim-start",

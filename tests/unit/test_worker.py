@@ -272,6 +272,37 @@ async def test_a_batch_of_one_row_starts_its_row_after_a_claim_that_took_time() 
     assert store.claims == 4  # one per row, and the one that found nothing
 
 
+async def test_a_window_cancelled_while_one_row_hangs_records_the_rows_that_ended() -> None:
+    """Grouped marks: the window's mark waits for its slowest row. If the worker is cancelled then
+    (the host, a parent task group), the rows whose send ended keep their outcome: it is recorded
+    detached, and only the row still in flight keeps its lease (found by the simulator)."""
+    store, clock, (fast, slow) = setup(2)
+    hang, both = asyncio.Event(), asyncio.Event()
+    started: list[int] = []
+
+    async def handler(row: ClaimedRow, *, budget: timedelta) -> Outcome:
+        del budget
+        started.append(int(row.id))
+        if len(started) == 2:
+            both.set()
+        if row.id == slow:
+            await hang.wait()
+        return Outcome.sent()
+
+    worker = worker_for(store, handler, clock, rows_in_flight=2, group_marks=True)
+    batch = asyncio.ensure_future(worker.run_once())
+    await both.wait()
+    await asyncio.sleep(0)  # the fast row's send ends
+    batch.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await batch
+    await worker.wait_for_marks()
+    rows = {row.id: row for row in store.rows()}
+    assert rows[fast].status is Status.DISPATCHED
+    assert rows[slow].status is Status.PENDING
+    assert rows[slow].claim_token is not None  # still leased: it comes back when the lease ends
+
+
 async def test_a_database_outage_does_not_end_the_worker() -> None:
     clock = FakeClock(T0)
     store = FlakyClaims(clock, failures=2)

@@ -122,7 +122,21 @@ class BatchRunner:
                 await self._release_all(rows[start:], report)
                 return
             window = rows[start : start + size]
-            outcomes = await asyncio.gather(*(self._send(row, times, report) for row in window))
+            sends = [asyncio.ensure_future(self._send(row, times, report)) for row in window]
+            try:
+                outcomes = await asyncio.gather(*sends)
+            except asyncio.CancelledError:
+                # Cancelled (the host, the batch's timeout) while a row of the window still runs:
+                # the rows whose send has ended have an outcome, and it is recorded (detached,
+                # like any mark that survives cancellation); the others keep their lease.
+                ended = [
+                    self._decide(row, send.result())
+                    for row, send in zip(window, sends, strict=True)
+                    if send.done() and not send.cancelled() and send.exception() is None
+                ]
+                if ended:
+                    self.marker.detach_group(ended)
+                raise
             marks = [
                 self._decide(row, outcome) for row, outcome in zip(window, outcomes, strict=True)
             ]

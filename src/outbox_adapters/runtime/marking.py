@@ -132,6 +132,13 @@ class Marker:
         """:meth:`mark_group`, run again detached if the caller is cancelled meanwhile."""
         return await run_surviving_cancel(lambda: self.mark_group(marks), self.in_flight)
 
+    def detach_group(self, marks: Sequence[Mark]) -> None:
+        """Start :meth:`mark_group` in a task of its own and return: for a caller that is being
+        cancelled; the worker waits for it with every other detached mark."""
+        task = asyncio.ensure_future(self.mark_group(marks))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+
     async def release(self, row: ClaimedRow) -> bool:
         """Give back a row that will not be started; ``True`` if the store took it back."""
         try:
