@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import email
 import email.policy
+import re
 import urllib.parse
 from datetime import UTC, datetime
 from email.message import EmailMessage
@@ -471,6 +472,28 @@ def test_the_self_check_refuses_a_file_that_differs_from_the_intent(
     with pytest.raises(UnsafeHeader, match=f"\\(({what}) differ\\); it was not sent") as caught:
         verify.verify_wire(data, _intended(out, **changes))
     assert "invoice-42" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "what"),
+    [
+        (lambda d: re.sub(rb"Date: [^\r]*", b"Date: the day after tomorrow", d), "Date"),
+        (lambda d: re.sub(rb"Date: [^\r]*", b"Date: ", d), "Date"),
+        (lambda d: re.sub(rb"Date: [^\r]*", b"Date: Mon, 02 Mar 2026 09:00:01 +0000", d), "Date"),
+        (lambda d: d.replace(MSGID.encode(), b"<other@example.org>"), "Message-ID"),
+        (lambda d: d.replace(MSGID.encode(), MSGID.encode()[:-1]), "Message-ID"),
+    ],
+)  # fmt: skip
+def test_the_self_check_refuses_a_date_or_message_id_that_differs(mutate: Any, what: str) -> None:
+    out = build()
+    with pytest.raises(UnsafeHeader, match=f"\\({what} differ\\); it was not sent"):
+        verify.verify_wire(mutate(out.data), _intended(out))
+
+
+def test_a_folded_message_id_and_date_read_as_written() -> None:
+    out = build()
+    folded = re.sub(rb"(Date: [^,]*,)", rb"\1\r\n ", out.data, count=1)
+    verify.verify_wire(folded, _intended(out))
 
 
 def test_a_text_part_that_grows_a_disposition_is_refused() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import email.headerregistry
 import email.parser
 import email.policy
+import email.utils
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -142,9 +143,14 @@ def _reparse(data: bytes, intended: Intended) -> list[tuple[str, object, object]
     parser = email.parser.BytesParser(policy=_SPLIT_POLICY)
     parsed = parser.parsebytes(data, headersonly=single)
 
-    def header(name: str) -> Any:  # noqa: ANN401 - a header object of the default policy, or None
+    def unfolded(name: str) -> str | None:
+        # What the default policy's header_fetch_parse does before it builds a header object.
         raw = parsed.get(name)
-        return None if raw is None else _REPARSE_POLICY.header_fetch_parse(name, raw)
+        return None if raw is None else raw.replace("\r", "").replace("\n", "")
+
+    def header(name: str) -> Any:  # noqa: ANN401 - a header object of the default policy, or None
+        value = unfolded(name)
+        return None if value is None else _REPARSE_POLICY.header_factory(name, value)
 
     return [
         ("header names", sorted(key.lower() for key in parsed), sorted(want_names)),
@@ -156,8 +162,9 @@ def _reparse(data: bytes, intended: Intended) -> list[tuple[str, object, object]
             [intended.reply_to] if intended.reply_to else [],
         ),
         ("Subject", str(header("Subject")), intended.subject),
-        ("Date", getattr(header("Date"), "datetime", None), intended.date),
-        ("Message-ID", str(header("Message-ID")), intended.message_id),
+        ("Date", _date(unfolded("Date")), intended.date),
+        # The exact text: the intended id is a validated <left@right>, nothing to decode.
+        ("Message-ID", unfolded("Message-ID"), intended.message_id),
         ("MIME parts", [part.get_content_type() for part in parsed.walk()], want_types),
         (
             "attachments",
@@ -165,6 +172,17 @@ def _reparse(data: bytes, intended: Intended) -> list[tuple[str, object, object]
             [("attachment", a.filename, a.content_type, a.content) for a in intended.attachments],
         ),
     ]
+
+
+def _date(value: str | None) -> datetime | None:
+    """The Date header's instant as the default policy's ``DateHeader`` reads it (the same
+    ``parsedate_to_datetime``), without building the header object; ``None`` when unreadable."""
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value)
+    except ValueError:
+        return None
 
 
 def _is_attachment(part: Message) -> bool:
