@@ -74,6 +74,10 @@ def _mutants() -> tuple[SimMutant, ...]:
             "per-recipient dedup key (event_id, kind)",
             _runtime("consumer-dedup-key-without-kind"),
         ),
+        SimMutant(
+            "window-cancel-drops-ended-rows", "window-cancel-drops-ended-rows",
+            "a cancelled window records its ended rows", _runtime("window-cancel-drops-ended-rows"),
+        ),
     )  # fmt: skip
 
 
