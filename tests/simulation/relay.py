@@ -66,6 +66,10 @@ class KeyOrderedStore(SimStore):
     async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
         await asyncio.sleep(0)
         self._check_available("claim_due")
+        with self._lock:  # one statement on PostgreSQL: one step here
+            return self._claim_in_key_order(request)
+
+    def _claim_in_key_order(self, request: ClaimRequest) -> list[ClaimedRow]:
         now = self._clock.now() if request.now is None else request.now
         pending = sorted(
             (
