@@ -13,6 +13,7 @@ import attrs
 from tests.simulation.channel import ChannelWorld
 from tests.simulation.invariants import check_end
 from tests.simulation.plan import Plan
+from tests.simulation.relay import RelayWorld
 from tests.simulation.vloop import EPOCH, VirtualLoop
 from tests.simulation.world import Result, World
 
@@ -59,6 +60,8 @@ def simulate(plan: Plan) -> Result:
         check_end(world)
         if isinstance(world, ChannelWorld):
             world.check_channel_end()
+        if isinstance(world, RelayWorld):
+            world.check_relay_end()
     finally:
         _close(loop)
         for name, level in levels.items():
@@ -70,7 +73,7 @@ def simulate(plan: Plan) -> Result:
 
 def world_for(plan: Plan, loop: VirtualLoop) -> World:
     """The world a seed stands for: the e-mail lane, the e-mail channel or the relay, in turn."""
-    worlds: tuple[type[World], ...] = (World, ChannelWorld, World)
+    worlds: tuple[type[World], ...] = (World, ChannelWorld, RelayWorld)
     return worlds[plan.seed % len(worlds)](plan, loop)
 
 

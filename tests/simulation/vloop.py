@@ -9,7 +9,9 @@ milliseconds, the same way every time.
 Each iteration runs the ready callbacks in a canonical order (a task's callbacks by the task's
 creation number, the rest after them in arrival order), so the interleaving never depends on
 object addresses (``set`` iteration over tasks, as ``TaskGroup`` cancels its children). With
-``reorder`` on, a seeded shuffle of that order stands for wake-ups arriving in another order.
+``reorder`` on, a seeded shuffle of that order stands for wake-ups arriving in another order;
+with :attr:`VirtualLoop.ordered_starts` the first steps of new tasks keep their creation order
+among themselves (asyncio runs ``call_soon`` callbacks in order: a task starts when it was made).
 
 It overrides ``BaseEventLoop._run_once`` (CPython 3.11's logic, without the selector) and reads
 the loop's private ``_ready`` / ``_scheduled`` queues: a test tool, pinned by the simulator's tests.
@@ -46,6 +48,9 @@ class VirtualLoop(asyncio.BaseEventLoop):
         self._rng = rng
         #: Reorder the ready callbacks until this virtual instant.
         self.reorder_until = -1.0
+        #: Keep new tasks' first steps in creation order under a reorder (the relay's world).
+        self.ordered_starts = False
+        self._unstarted: set[asyncio.Task[Any]] = set()
         self._task_numbers = itertools.count()
         self.set_task_factory(self._numbered_task)
         #: Loop iterations run so far (a cost figure).
@@ -62,7 +67,10 @@ class VirtualLoop(asyncio.BaseEventLoop):
         coro: Generator[Any, None, Any] | Coroutine[Any, Any, Any],
     ) -> asyncio.Task[Any]:
         # The name is the canonical order of the task's callbacks (zero-padded: sorts as text).
-        return asyncio.Task(coro, loop=loop, name=f"{next(self._task_numbers):09d}")
+        task = asyncio.Task(coro, loop=loop, name=f"{next(self._task_numbers):09d}")
+        if self.ordered_starts:
+            self._unstarted.add(task)
+        return task
 
     def _run_once(self) -> None:
         scheduled = self._scheduled  # type: ignore[attr-defined]
@@ -84,13 +92,28 @@ class VirtualLoop(asyncio.BaseEventLoop):
         if ntodo > 1:
             batch = [ready.popleft() for _ in range(ntodo)]
             batch.sort(key=_canonical)
-            if self._rng is not None and self._now < self.reorder_until:
-                self._rng.shuffle(batch)
+            self._reorder(batch)
             ready.extendleft(reversed(batch))
+        if self._unstarted:  # each of these tasks takes its first step now
+            self._unstarted.difference_update(_owner(handle) for handle in ready)
         for _ in range(ntodo):
             handle = ready.popleft()
             if not handle._cancelled:
                 handle._run()
+
+    def _reorder(self, batch: list[asyncio.Handle]) -> None:
+        if self._rng is None or self._now >= self.reorder_until:
+            return
+        self._rng.shuffle(batch)
+        if self._unstarted:
+            self._keep_starts_in_order(batch)
+
+    def _keep_starts_in_order(self, batch: list[asyncio.Handle]) -> None:
+        starts = [i for i, handle in enumerate(batch) if _owner(handle) in self._unstarted]
+        for i, handle in zip(
+            starts, sorted((batch[i] for i in starts), key=_canonical), strict=True
+        ):
+            batch[i] = handle
 
     # --- no I/O ------------------------------------------------------------------------------------
 
@@ -101,8 +124,12 @@ class VirtualLoop(asyncio.BaseEventLoop):
         """Nothing wakes a selector here: the loop never blocks."""
 
 
+def _owner(handle: asyncio.Handle) -> object:
+    return getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+
+
 def _canonical(handle: asyncio.Handle) -> str:
-    owner = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+    owner = _owner(handle)
     if isinstance(owner, asyncio.Task):
         return owner.get_name()
     return "~"  # after the tasks, in arrival order (the sort is stable)
