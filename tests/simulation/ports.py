@@ -45,8 +45,8 @@ _SENT = frozenset({Status.DISPATCHED, Status.SKIPPED})
 class SimStore(MemoryStore):
     """The in-memory store, checking the invariants of its own writes as it makes them."""
 
-    def __init__(self, world: World) -> None:
-        super().__init__(clock=world.db_clock)
+    def __init__(self, world: World, *, ordered_by: Callable[[Row], str] | None = None) -> None:
+        super().__init__(clock=world.db_clock, ordered_by=ordered_by)
         self.world = world
 
     def _fenced_row(self, row_id: RowId, token: ClaimToken) -> Row | None:

@@ -9,9 +9,8 @@ holds) through :class:`FaultyBrokerPublisher`: a publish may hang until the row'
 be stored with its acknowledgement lost (reported transient), or find the broker unavailable.
 Node faults as in the e-mail world.
 
-The store claims in per-key order, as ``PostgresStore`` does for ``outbox_event``
-(:class:`KeyOrderedStore`, a model of ``statements.per_key_order``: ``MemoryStore`` claims in
-(due time, id) order only).
+The store claims in per-key order, as ``PostgresStore`` does for ``outbox_event``: the shipped
+``MemoryStore(ordered_by=event_key)`` (its model of ``statements.per_key_order``).
 
 The world (drawn from the seed): 2 to 4 nodes; batches of 3 to 8 rows, one window (the default)
 or the strict relay; 8 to 24 events over the first minute on 1 to 3 partition keys, often in
@@ -29,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Final
 
@@ -40,79 +38,17 @@ from tests.simulation.world import Node, World
 
 from outbox_adapters.lanes.relay import RELAY_LANE, RelayHandler, relay_lane
 from outbox_adapters.memory import MemoryBroker
-from outbox_adapters.memory.rows import Row, decoded
+from outbox_adapters.memory.ordering import event_key
 from outbox_adapters.postgres.events import event_message, new_event
 from outbox_adapters.runtime import Worker
-from outbox_core.delivery import Event, Status
+from outbox_core.delivery import Status
 from outbox_core.event_timing import RelayTiming
-from outbox_core.lease import lease_expires_at
-from outbox_core.messages import ClaimedRow
 from outbox_core.outcomes import Outcome
-from outbox_core.ports import BrokerMessage, ClaimRequest
+from outbox_core.ports import BrokerMessage
 
 __all__ = ["RelayWorld"]
 
 TOPIC: Final = "orders"
-
-
-def partition_key(row: Row) -> str:
-    return str(json.loads(row.payload)["subject"])
-
-
-class KeyOrderedStore(SimStore):
-    """The store with the event table's per-key claim: rows in id order, never a row while an
-    earlier row of its key is pending and not due, or pending and left out of this claim."""
-
-    async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
-        await asyncio.sleep(0)
-        self._check_available("claim_due")
-        with self._lock:  # one statement on PostgreSQL: one step here
-            return self._claim_in_key_order(request)
-
-    def _claim_in_key_order(self, request: ClaimRequest) -> list[ClaimedRow]:
-        now = self._clock.now() if request.now is None else request.now
-        pending = sorted(
-            (
-                r
-                for r in self._rows.values()
-                if r.lane == request.lane and r.status is Status.PENDING
-            ),
-            key=lambda r: r.id,
-        )
-        blocked: set[str] = set()
-        due: list[Row] = []
-        for row in pending:  # the first guard: no earlier pending row of the key is not due
-            key = partition_key(row)
-            if row.next_attempt_at > now:
-                blocked.add(key)
-            elif key not in blocked:
-                due.append(row)
-        taken = {r.id for r in due[: request.limit]}
-        claimed: list[Row] = []
-        left_out: set[str] = set()
-        for row in pending:  # the second: every earlier pending row of the key is in this claim
-            key = partition_key(row)
-            if row.id in taken and key not in left_out:
-                claimed.append(row)
-            else:
-                left_out.add(key)
-        expires = lease_expires_at(now, request.lease)
-        out: list[ClaimedRow] = []
-        for row in claimed:
-            row.take(Event.CLAIM)
-            row.next_attempt_at = expires
-            row.claim_token = request.token
-            row.claimed_at = now
-            row.updated_at = self._clock.now()
-            out.append(
-                ClaimedRow(
-                    id=row.id, lane=row.lane, payload=decoded(row.payload),
-                    attempts=row.attempts, token=request.token, lease_expires_at=expires,
-                    created_at=row.created_at, trace_context=row.trace_context,
-                )
-            )  # fmt: skip
-        self.stats.claimed_rows += len(out)
-        return out
 
 
 class FaultyBrokerPublisher(_Port):
@@ -155,7 +91,7 @@ class RelayWorld(World):
         # A reorder shuffles wake-ups, not the start of the rows' tasks, which asyncio runs in
         # creation order: the handler's per-key lock relies on it (docs/testing.md, findings).
         loop.ordered_starts = True
-        self.store = KeyOrderedStore(self)
+        self.store = SimStore(self, ordered_by=event_key)
         self.broker = MemoryBroker()
         #: event id -> its row; partition key -> its events in enqueue order.
         self.row_ids: dict[str, int] = {}

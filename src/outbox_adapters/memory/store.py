@@ -27,6 +27,11 @@ difference remains: PostgreSQL's scrub removes the secret keys of an object Pyth
 this store can't find them and leaves that text as it is (the worker fails such a row, and a
 failed row keeps its payload, so only a direct dispatched mark can see it).
 
+Claims: due time, then id, like every queue table but one. The event outbox claims in per-key
+order on PostgreSQL (``statements.per_key_order``); ``MemoryStore(ordered_by=event_key)``
+(:mod:`.ordering`) does the same here, so a relay over this store keeps each key's order across
+retries and claims too.
+
 Time comes from the request's ``now`` or from the injected :class:`~outbox_core.ports.Clock` (a
 :class:`~outbox_adapters.clock.FakeClock` in tests), where PostgreSQL uses the database clock.
 
@@ -43,11 +48,12 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.memory.operator import MemoryOperatorReads
+from outbox_adapters.memory.ordering import in_key_order
 from outbox_adapters.memory.rows import (
     NotJsonError,
     Row,
@@ -100,8 +106,14 @@ class MemoryStore(MemoryOperatorReads):
     instances.
     """
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(
+        self, clock: Clock | None = None, *, ordered_by: Callable[[Row], str] | None = None
+    ) -> None:
         self._clock: Clock = clock or SystemClock()
+        #: A row's partition key when claims keep per-key order (the event outbox:
+        #: :func:`~outbox_adapters.memory.ordering.event_key`); ``None``: due time, then id, like
+        #: every other queue table.
+        self._ordered_by = ordered_by
         self._lock = threading.Lock()
         self._rows: dict[int, Row] = {}
         self._keys: dict[tuple[str, str], int] = {}
@@ -205,16 +217,7 @@ class MemoryStore(MemoryOperatorReads):
         self._check_available("claim_due")
         with self._lock:
             now = self._clock.now() if request.now is None else request.now
-            due = sorted(
-                (
-                    row
-                    for row in self._rows.values()
-                    if row.lane == request.lane
-                    and row.status is Status.PENDING
-                    and row.next_attempt_at <= now
-                ),
-                key=lambda row: (row.next_attempt_at, row.id),
-            )[: request.limit]
+            due = self._due(request, now)
             expires = lease_expires_at(now, request.lease)
             claimed: list[ClaimedRow] = []
             for row in due:
@@ -237,6 +240,26 @@ class MemoryStore(MemoryOperatorReads):
                 )
             self.stats.claimed_rows += len(claimed)
         return claimed
+
+    def _due(self, request: ClaimRequest, now: datetime) -> list[Row]:
+        if self._ordered_by is not None:  # the event outbox's per-key claim
+            return in_key_order(
+                self._rows.values(),
+                lane=request.lane,
+                now=now,
+                limit=request.limit,
+                key_of=self._ordered_by,
+            )
+        return sorted(
+            (
+                row
+                for row in self._rows.values()
+                if row.lane == request.lane
+                and row.status is Status.PENDING
+                and row.next_attempt_at <= now
+            ),
+            key=lambda row: (row.next_attempt_at, row.id),
+        )[: request.limit]
 
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
         await asyncio.sleep(0)

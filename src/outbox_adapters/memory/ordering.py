@@ -1,0 +1,54 @@
+"""The event outbox's per-key claim for the in-memory store: what ``statements.per_key_order``
+makes PostgreSQL do for ``outbox_event`` (ADR 0020), on the fake's rows.
+
+Two guards, in id order: no row while an earlier row of its key is pending and not due (a retry
+waiting out its backoff holds its key back), and no row while an earlier pending row of its key is
+left out of this claim (the batch's limit cut it off). So a relay never publishes a later event of
+a key before an earlier one, across retries and claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+
+from outbox_adapters.memory.rows import Row, decoded
+from outbox_core.delivery import Status
+
+__all__ = ["event_key", "in_key_order"]
+
+
+def event_key(row: Row) -> str:
+    """An event row's partition key (the CloudEvents ``subject`` its payload stores, as the
+    ``partition_key`` column holds it on PostgreSQL); a row whose payload has none is a key of
+    its own."""
+    payload = decoded(row.payload)
+    subject = payload.get("subject") if isinstance(payload, Mapping) else None
+    return subject if isinstance(subject, str) else f"#row-{row.id}"
+
+
+def in_key_order(
+    rows: Iterable[Row], *, lane: str, now: datetime, limit: int, key_of: Callable[[Row], str]
+) -> list[Row]:
+    """The rows of ``lane`` a claim of ``limit`` may take at ``now``, in id order."""
+    pending = sorted(
+        (r for r in rows if r.lane == lane and r.status is Status.PENDING), key=lambda r: r.id
+    )
+    blocked: set[str] = set()
+    due: list[Row] = []
+    for row in pending:
+        key = key_of(row)
+        if row.next_attempt_at > now:
+            blocked.add(key)
+        elif key not in blocked:
+            due.append(row)
+    taken = {r.id for r in due[:limit]}
+    claimed: list[Row] = []
+    left_out: set[str] = set()
+    for row in pending:
+        key = key_of(row)
+        if row.id in taken and key not in left_out:
+            claimed.append(row)
+        else:
+            left_out.add(key)
+    return claimed
