@@ -95,7 +95,11 @@ class VirtualLoop(asyncio.BaseEventLoop):
             self._reorder(batch)
             ready.extendleft(reversed(batch))
         if self._unstarted:  # each of these tasks takes its first step now
-            self._unstarted.difference_update(_owner(handle) for handle in ready)
+            # Only a task's own step counts (a ready callback may be bound to anything: a done
+            # callback such as ``set.discard`` is bound to a set, which is not even hashable).
+            self._unstarted.difference_update(
+                owner for owner in map(_owner, ready) if isinstance(owner, asyncio.Task)
+            )
         for _ in range(ntodo):
             handle = ready.popleft()
             if not handle._cancelled:
