@@ -15,6 +15,7 @@ from tests.simulation.invariants import check_end
 from tests.simulation.plan import Plan
 from tests.simulation.relay import RelayWorld
 from tests.simulation.vloop import EPOCH, VirtualLoop
+from tests.simulation.webhook import WebhookWorld
 from tests.simulation.world import Result, World
 
 from outbox_adapters.lanes import email as email_lane_module
@@ -62,6 +63,8 @@ def simulate(plan: Plan) -> Result:
             world.check_channel_end()
         if isinstance(world, RelayWorld):
             world.check_relay_end()
+        if isinstance(world, WebhookWorld):
+            world.check_webhook_end()
     finally:
         _close(loop)
         for name, level in levels.items():
@@ -72,7 +75,10 @@ def simulate(plan: Plan) -> Result:
 
 
 def world_for(plan: Plan, loop: VirtualLoop) -> World:
-    """The world a seed stands for: the e-mail lane, the e-mail channel or the relay, in turn."""
+    """The world a seed stands for: the webhook deliveries for every fourth seed (``seed % 4 ==
+    3``), else the e-mail lane, the e-mail channel or the relay, by ``seed % 3``."""
+    if plan.seed % 4 == 3:
+        return WebhookWorld(plan, loop)
     worlds: tuple[type[World], ...] = (World, ChannelWorld, RelayWorld)
     return worlds[plan.seed % len(worlds)](plan, loop)
 

@@ -11,10 +11,14 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from tests.simulation.channel import ChannelWorld
 from tests.simulation.cli import describe, replay_command, run_seeds
 from tests.simulation.plan import Fault, Kind, Plan, faults_strategy, plan_from_seed
-from tests.simulation.run import simulate
+from tests.simulation.relay import RelayWorld
+from tests.simulation.run import simulate, world_for
 from tests.simulation.vloop import Deadlock, VirtualLoop
+from tests.simulation.webhook import WebhookWorld
+from tests.simulation.world import World
 
 QUICK_SEEDS = int(os.environ.get("OUTBOX_SIM_SEEDS", "500"))
 
@@ -28,7 +32,20 @@ def test_quick_run_breaks_no_invariant() -> None:
     assert totals.duplicates > 0
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 7, 42])
+#: One seed of each world: e-mail (0), e-mail channel (1), relay (2), webhook deliveries (7).
+REPLAYED = [0, 1, 2, 7, 42]
+
+
+def test_the_replayed_seeds_cover_every_world() -> None:
+    loop = VirtualLoop()
+    try:
+        kinds = {type(world_for(plan_from_seed(seed), loop)) for seed in REPLAYED}
+    finally:
+        loop.close()
+    assert kinds == {World, ChannelWorld, RelayWorld, WebhookWorld}
+
+
+@pytest.mark.parametrize("seed", REPLAYED)
 def test_a_seed_replays_exactly(seed: int) -> None:
     first, second = simulate(plan_from_seed(seed)), simulate(plan_from_seed(seed))
     assert first.trace_hash == second.trace_hash

@@ -1,0 +1,400 @@
+"""The webhook lanes' world: the drainer's fan-out, the born-leased first attempts, the retries.
+
+Each node is one webhook process wired as ``WebhookWorkers`` wires it (which needs a PostgreSQL
+pool): the REAL drainer (``runtime.Worker`` + :class:`~outbox_adapters.lanes.webhooks.FanOutHandler`,
+:func:`drain_lane`) over the webhook outbox; the REAL first attempts
+(:class:`~outbox_adapters.runtime.born.BornRows`) of the deliveries each fan-out wrote born
+leased; the REAL retry worker (``Worker`` + :class:`~outbox_adapters.lanes.webhooks.DeliveryHandler`,
+:func:`delivery_lane`); drainer and retries leader-gated or not, first attempts never. The
+repository is modelled here (:meth:`WebhookWorld.fan_out`: in one step, as its one transaction,
+the outbox row's fenced dispatched mark, then a delivery per enabled endpoint, born leased:
+``attempts = 1``, the birth token, due at the birth lease's end; a refused fence writes nothing),
+and so is the deliveries table's 410 mark (:class:`SimDeliveryStore`: the failed mark and the
+endpoint's disable in one step). The fan-out and the target read are faulted database calls; the
+sender's answers go through the REAL ``classify_http`` as ``HttpxWebhookSender``'s do: 2xx; 4xx
+(a rejection, 429 with Retry-After, or 410 Gone); 5xx (500: may have been processed; 503 with
+Retry-After); a hang until the attempt's budget cuts it; or the request processed and the answer
+lost (reset, or silence until the deadline). Node faults as in the e-mail world.
+
+The world (drawn from the seed): 2 to 4 processes; retry batches of 1 to 5, strict, in flight or
+grouped; 1 to 4 first attempts at once; a birth lease of 10, 20 or 40 s (at 10 s, one attempt's
+whole budget, the rows waiting for a slot are given back to the retry lane); 1 to 3 endpoints;
+4 to 12 events over the first minute.
+
+Invariants, besides the e-mail world's over the deliveries (no delivery lost, duplicate bound,
+fence, terminal states absorb, attempts never decrease, one leader acting at every retry POST):
+
+- each outbox row is fanned out at most once, and a dispatched one exactly once; none is lost;
+- each (event, endpoint) has at most one delivery, and the deliveries are those the fan-outs wrote;
+- a delivery skipped for its disabled endpoint belongs to an endpoint a 410 disabled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Final
+
+import attrs
+from tests.simulation.plan import Kind, Plan
+from tests.simulation.ports import FaultyLeader, FaultyStore, SimStore, _Port
+from tests.simulation.vloop import VirtualLoop
+from tests.simulation.world import BACKOFF, Node, World
+
+from outbox_adapters.lanes.webhooks import (
+    DELIVERY_LANE,
+    WEBHOOK_LANE,
+    DeliveryHandler,
+    FanOutHandler,
+    delivery_lane,
+    drain_lane,
+)
+from outbox_adapters.postgres.webhooks.model import DeliveryTarget, FanOut
+from outbox_adapters.runtime import Worker
+from outbox_adapters.runtime.born import BornRows
+from outbox_core.classify import HttpAttempt, HttpFailure, classify_http
+from outbox_core.delivery import Event, Status
+from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
+from outbox_core.outcomes import Outcome
+from outbox_core.ports import MarkResult
+from outbox_core.signing import WebhookSecret
+from outbox_core.webhook_timing import FanOutTiming, WebhookTiming
+
+__all__ = ["WebhookWorld"]
+
+_SECRET: Final = WebhookSecret(key=bytes(range(32)))
+#: A receiver's Retry-After (429/503) is honoured up to this: inside the lost-row bound.
+_RETRY_AFTER_CAP: Final = timedelta(seconds=30)
+_OUTBOX_IDS: Final = 100_001
+_FAN_OUT: Final = FanOutTiming(
+    fan_out=timedelta(seconds=3), mark=timedelta(seconds=2), batch_size=5,
+    batch_timeout=timedelta(seconds=30), lease_grace=timedelta(seconds=10),
+)  # fmt: skip
+
+
+class SimDeliveryStore(SimStore):
+    """The deliveries table: a failed mark asking for it disables the delivery's endpoint in the
+    same step, as the PostgreSQL mark of ``outbox_webhook_delivery`` does (the shipped memory
+    store refuses such a mark: it has no endpoints)."""
+
+    def __init__(self, world: WebhookWorld) -> None:
+        super().__init__(world)
+        self.webhooks = world
+
+    async def mark_if_pending(self, mark: Mark) -> MarkResult:
+        await asyncio.sleep(0)
+        self._check_available("mark_if_pending")
+        with self._lock:
+            return self._apply_disabling(mark)
+
+    async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:
+        await asyncio.sleep(0)
+        self._check_available("mark_many")
+        with self._lock:
+            return [self._apply_disabling(mark) for mark in marks]
+
+    def born(self, key: str, payload: str, *, lease: timedelta, token: ClaimToken) -> ClaimedRow:
+        """Write one delivery born leased: ``attempts = 1``, the birth token, due at the lease's
+        end (the fan-out's INSERT); the caller holds both stores still (one transaction)."""
+        result = self._write(DELIVERY_LANE, payload, key=key, not_before=None, now=None)
+        row = self._rows[int(result.row_id)]
+        if not result.created:  # the unique (event, endpoint) index would abort the transaction
+            self.world.violation(f"a second delivery {key} was written")
+        now = self._clock.now()
+        row.take(Event.CLAIM)
+        row.next_attempt_at = now + lease
+        row.claim_token = token
+        row.claimed_at = now
+        return ClaimedRow(
+            id=row.id, lane=row.lane, payload=json.loads(payload), attempts=row.attempts,
+            token=token, lease_expires_at=row.next_attempt_at, created_at=row.created_at,
+        )  # fmt: skip
+
+    def _apply_disabling(self, mark: Mark) -> MarkResult:
+        result = self._apply(attrs.evolve(mark, disable_endpoint=False))
+        if result is MarkResult.APPLIED and mark.disable_endpoint:
+            endpoint = self.webhooks.endpoint_of(int(mark.row_id))
+            self.webhooks.enabled[endpoint] = False
+            self.webhooks.gone.add(endpoint)
+            self.webhooks.trace("disabled", endpoint)
+        return result
+
+
+class SimOutbox(SimStore):
+    """The webhook outbox table; its row ids start far above the deliveries', so that what the
+    world counts per delivery (requests, excuses) never mixes with an outbox row."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world)
+        self._next_id = _OUTBOX_IDS
+
+    def apply_now(self, mark: Mark) -> bool:
+        """Apply ``mark`` if the fence admits it, in the caller's step."""
+        with self._lock:
+            return self._apply(mark) is MarkResult.APPLIED
+
+
+class FaultyRepository(_Port):
+    """The repository for one node: ``fan_out`` (one transaction) and ``delivery_target`` (one
+    read), each a faulted database call over the shared state."""
+
+    def __init__(self, world: WebhookWorld, node: Node) -> None:
+        super().__init__(world, node)
+        self.webhooks = world
+
+    async def fan_out(
+        self, row: ClaimedRow, *, birth_lease: timedelta, birth_token: ClaimToken
+    ) -> FanOut:
+        async def run() -> FanOut:
+            self.node.tokens.add(birth_token.value)
+            return self.webhooks.fan_out(row, lease=birth_lease, token=birth_token)
+
+        return await self._call("fan_out", run, rows=[row.id], write=True)
+
+    async def delivery_target(self, delivery_id: int) -> DeliveryTarget | None:
+        async def run() -> DeliveryTarget | None:
+            return self.webhooks.target(delivery_id)
+
+        return await self._call("target", run)
+
+
+class FaultyWebhookSender(_Port):
+    """``WebhookSender`` for one node: the receiver's answer, planned or drawn, classified."""
+
+    def __init__(self, world: WebhookWorld, node: Node, *, born: bool) -> None:
+        super().__init__(world, node)
+        self.webhooks = world
+        #: A first attempt's sender: not leader-gated (the row is this process's by its birth).
+        self.born = born
+
+    async def send(
+        self, url: str, *, headers: Mapping[str, str], body: bytes, budget: timedelta
+    ) -> Outcome:
+        del headers
+        attempt = await self._attempt(self.webhooks.row_of(url, body), budget)
+        return classify_http(attempt, now=self.node.clock.now())
+
+    async def _attempt(self, row: int, budget: timedelta) -> HttpAttempt:
+        world, node = self.webhooks, self.node
+        effects = world.step(node, "send")
+        answer = world.send_answer()
+        if await node.gate():  # cut off while frozen: the request never finishes
+            raise asyncio.CancelledError
+        await asyncio.sleep(world.latency("send") + effects.slow)
+        if not node.alive:
+            raise asyncio.CancelledError
+        if answer is Kind.SEND_MAYBE:  # processed; then the connection drops or goes silent
+            world.delivered(node, row, ambiguous=True, gated=not self.born)
+            if world.coin():
+                return HttpAttempt.failed(HttpFailure.RESET, request_sent=True)
+        if answer in (Kind.SEND_HANG, Kind.SEND_MAYBE):  # until the attempt's deadline cuts it
+            await asyncio.sleep(budget.total_seconds() + 3600)
+            return HttpAttempt.failed(HttpFailure.DEADLINE, request_sent=True)
+        if answer is Kind.SEND_4XX:  # rejected, rate limited, or gone
+            status = world.rng.choice((400, 410, 429))
+            return HttpAttempt.response(status, retry_after="20" if status == 429 else None)
+        if answer is Kind.SEND_5XX:
+            if world.coin():  # the receiver had it and failed somewhere: it may have acted
+                world.delivered(node, row, ambiguous=True, gated=not self.born)
+                return HttpAttempt.response(500)
+            return HttpAttempt.response(503, retry_after="15")
+        world.delivered(node, row, ambiguous=False, gated=not self.born)
+        return HttpAttempt.response(200)
+
+
+class WebhookWorld(World):
+    """The webhook processes on the shared outbox, deliveries and endpoints (module docstring)."""
+
+    def __init__(self, plan: Plan, loop: VirtualLoop) -> None:
+        super().__init__(plan, loop)
+        self.store = self.hooks = SimDeliveryStore(self)
+        self.outbox = SimOutbox(self)
+        #: endpoint -> enabled; the endpoints a 410 disabled; delivery row -> (event, endpoint).
+        self.enabled = dict.fromkeys(range(self.endpoints), True)
+        self.gone: set[int] = set()
+        self.pairs: dict[int, tuple[int, int]] = {}
+        #: outbox row -> how many fan-outs of it committed; the deliveries they promised.
+        self.fanned: dict[int, int] = {}
+        self.promised = 0
+
+    def _draw_shape(self) -> None:
+        rng = self.rng
+        self.slot_count = rng.randint(2, 4)
+        batch = rng.choice((1, 3, 5))
+        in_flight = rng.randint(1, batch)
+        grouped = in_flight > 1 and rng.random() < 0.5
+        self.gated = rng.random() < 0.5
+        self.first_attempts = rng.randint(1, 4)
+        self.timing = self.webhook_timing = WebhookTiming(  # type: ignore[assignment]
+            http_attempt=timedelta(seconds=8), mark=timedelta(seconds=2),
+            retry_claim_batch=batch, lease_grace=timedelta(seconds=10),
+            birth_lease=timedelta(seconds=rng.choice((10, 20, 40))),
+        )  # fmt: skip
+        self.config = delivery_lane(
+            timing=self.timing, backoff=BACKOFF, retry_after_cap=_RETRY_AFTER_CAP,
+            poll_interval=10.0, rows_in_flight=in_flight, group_marks=grouped,
+        )  # fmt: skip
+        self.drain_config = drain_lane(timing=_FAN_OUT, backoff=BACKOFF, poll_interval=10.0)
+        self.lease = max(
+            self.timing.claim_lease().total_seconds(), _FAN_OUT.claim_lease().total_seconds()
+        )
+        self.endpoints = rng.randint(1, 3)
+        self.events = rng.randint(4, 12)
+        self.messages = 0  # the deliveries the fan-outs promised: known at the end
+        mode = "grouped" if grouped else ("strict" if in_flight == 1 else "in-flight")
+        self.result.shape = (
+            f"webhook slots={self.slot_count} batch={batch} rows_in_flight={in_flight} {mode}"
+            f" first_attempts={self.first_attempts} birth={self.webhook_timing.birth_lease.seconds}s"
+            f" gated={'yes' if self.gated else 'no'} endpoints={self.endpoints}"
+            f" events={self.events}"
+        )
+
+    # --- the repository's side ------------------------------------------------------------------
+
+    def fan_out(self, row: ClaimedRow, *, lease: timedelta, token: ClaimToken) -> FanOut:
+        """The fan-out transaction, as ``WebhookRepository.fan_out`` runs it: the outbox row's
+        fenced dispatched mark; refused, nothing is written; else a born-leased delivery per
+        enabled endpoint. One step: nothing else runs between its writes."""
+        mark = Mark(row_id=row.id, token=row.token, status=Status.DISPATCHED)
+        if not self.outbox.apply_now(mark):
+            return FanOut(marked=False)
+        self.fanned[int(row.id)] = self.fanned.get(int(row.id), 0) + 1
+        event = int(json.loads(self.outbox.row(int(row.id)).payload)["data"]["n"])
+        deliveries = []
+        for endpoint, enabled in self.enabled.items():
+            if not enabled:
+                continue
+            self.promised += 1
+            payload = json.dumps({"event": event, "endpoint": endpoint})
+            born = self.hooks.born(
+                f"delivery-{event}-{endpoint}", payload, lease=lease, token=token
+            )
+            self.pairs[int(born.id)] = (event, endpoint)
+            deliveries.append(born)
+        self.trace("fanned out", row.id, *(d.id for d in deliveries))
+        return FanOut(
+            marked=True, event_id=event, msg_id=f"msg_{event}", deliveries=tuple(deliveries)
+        )
+
+    def endpoint_of(self, delivery: int) -> int:
+        return self.pairs[delivery][1]
+
+    def target(self, delivery: int) -> DeliveryTarget | None:
+        pair = self.pairs.get(delivery)
+        if pair is None:
+            return None
+        event, endpoint = pair
+        return DeliveryTarget(
+            delivery_id=delivery, event_id=event, endpoint_id=endpoint,
+            url=f"https://hooks.example.org/{endpoint}", enabled=self.enabled[endpoint],
+            secrets=(_SECRET,), msg_id=f"msg_{event}", event_type="order.placed",
+            body=json.dumps({"event": event, "delivery": delivery}).encode(),
+        )  # fmt: skip
+
+    def row_of(self, url: str, body: bytes) -> int:
+        del url
+        return int(json.loads(body)["delivery"])
+
+    def delivered(self, node: Node, row: int, *, ambiguous: bool, gated: bool = True) -> None:
+        if gated:
+            super().delivered(node, row, ambiguous=ambiguous)
+            return
+        self.deliveries[row] += 1
+        self.trace("delivered first", node.name, row)
+        if ambiguous:
+            self.excuse([row], "the peer got it, the worker could not know")
+
+    # --- the run ----------------------------------------------------------------------------------
+
+    def start(self, slot: int) -> None:
+        """One webhook process, wired as ``WebhookWorkers`` wires it (which needs a pool)."""
+        if self.closing:
+            return
+        generation = 0
+        if slot < len(self.slots):
+            old = self.slots[slot]
+            self.retired.append(old)
+            generation = int(old.name.split(".")[1]) + 1
+        node = Node(self, slot, generation)
+        repository = FaultyRepository(self, node)
+        deliveries = FaultyStore(self, node, self.store)
+        leader = FaultyLeader(self, node, self.leader) if self.gated else None
+
+        def attempt(*, born: bool) -> DeliveryHandler:
+            sender = FaultyWebhookSender(self, node, born=born)
+            return DeliveryHandler(repository, sender, clock=node.clock)
+
+        first = BornRows(
+            deliveries, attempt(born=True), self.config, lease=self.webhook_timing.birth_lease,
+            clock=node.clock, jitter=self.rng.random, in_flight=self.first_attempts,
+        )  # fmt: skip
+        drainer = Worker(
+            FaultyStore(self, node, self.outbox),
+            FanOutHandler(repository, first, clock=node.clock, entropy=self.rng.randbytes),
+            self.drain_config, clock=node.clock, leader=leader, holder=node.name,
+            entropy=self.rng.randbytes, jitter=self.rng.random,
+            wakeup=self.outbox.wakeup(WEBHOOK_LANE),
+        )  # fmt: skip
+        node.worker = Worker(
+            deliveries, attempt(born=False), self.config, clock=node.clock, leader=leader,
+            holder=node.name, entropy=self.rng.randbytes, jitter=self.rng.random,
+            wakeup=self.store.wakeup(DELIVERY_LANE),
+        )  # fmt: skip
+        node.stoppers += [drainer.request_stop, first.request_stop]
+        node.task = self.loop.create_task(_process(drainer, node.worker, first))
+        if slot < len(self.slots):
+            self.slots[slot] = node
+        else:
+            self.slots.append(node)
+
+    async def _produce(self) -> None:
+        arrivals = sorted(self.rng.uniform(0, 60) for _ in range(self.events))
+        for event, at in enumerate(arrivals):
+            await asyncio.sleep(at - self.loop.time())
+            message = NewMessage(
+                lane=WEBHOOK_LANE, payload={"event_type": "order.placed", "data": {"n": event}},
+                idempotency_key=f"event-{event}",
+            )  # fmt: skip
+            self.outbox.enqueue(message)
+
+    def _finished(self, producer: asyncio.Task[None]) -> bool:
+        terminal = (Status.DISPATCHED, Status.SKIPPED, Status.FAILED)
+        outbox = all(row.status in terminal for row in self.outbox.all_rows())
+        return outbox and super()._finished(producer)
+
+    async def main(self) -> None:
+        await super().main()
+        self.messages = self.promised
+
+    def check_webhook_end(self) -> None:
+        seen: dict[tuple[int, int], int] = {}
+        for row in self.store.all_rows():
+            payload = json.loads(row.payload)
+            pair = (int(payload["event"]), int(payload["endpoint"]))
+            if pair in seen:
+                self.violation(f"event {pair[0]} has deliveries {seen[pair]} and {row.id}")
+            seen[pair] = row.id
+            if row.status is Status.SKIPPED and pair[1] not in self.gone:
+                self.violation(f"delivery {row.id} skipped, its endpoint {pair[1]} never gone")
+        back_by = self.db_clock.now() + timedelta(seconds=self.lease) + 2 * BACKOFF.cap
+        for row in self.outbox.all_rows():
+            fanned = self.fanned.get(row.id, 0)
+            if fanned > 1:
+                self.violation(f"outbox row {row.id} fanned out {fanned} times")
+            if row.status is Status.DISPATCHED and not fanned:
+                self.violation(f"outbox row {row.id} is dispatched and was never fanned out")
+            if row.status is Status.PENDING and row.next_attempt_at > back_by:
+                self.violation(f"outbox row {row.id} is pending, due only at {row.next_attempt_at}")
+
+
+async def _process(drainer: Worker, retries: Worker, first: BornRows) -> None:
+    """``WebhookWorkers.run``: the drainer and the retry worker until stopped or cancelled, then
+    every first attempt started finishes and is recorded."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(drainer.run())
+            group.create_task(retries.run())
+    finally:
+        await first.wait()
