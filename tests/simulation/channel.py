@@ -35,12 +35,10 @@ from tests.simulation.channel_ports import (
     SimBroker,
 )
 from tests.simulation.plan import Plan
-from tests.simulation.ports import FaultyMailer, FaultyStore
 from tests.simulation.vloop import EPOCH, VirtualLoop
 from tests.simulation.world import BACKOFF, Node, World
 
 from outbox_adapters.lanes.channel_workers import ChannelTiming
-from outbox_adapters.lanes.email import EmailHandler
 from outbox_adapters.lanes.email_channel import (
     EMAIL_CHANNEL_GROUP,
     EmailDraft,
@@ -109,23 +107,10 @@ class ChannelWorld(World):
         )
 
     def start(self, slot: int) -> None:
-        if self.closing:
+        node = self.new_node(slot)
+        if node is None:
             return
-        generation = 0
-        if slot < len(self.slots):
-            old = self.slots[slot]
-            self.retired.append(old)
-            generation = int(old.name.split(".")[1]) + 1
-        node = Node(self, slot, generation)
-        handler = EmailHandler(
-            FaultyMailer(self, node, self.peer), sender="noreply@example.org",
-            clock=node.clock, steps=self.timing.budgets,
-        )  # fmt: skip
-        node.worker = Worker(
-            FaultyStore(self, node, self.store), handler, self.config, clock=node.clock,
-            holder=node.name, entropy=self.rng.randbytes, jitter=self.rng.random,
-            wakeup=self.store.wakeup(self.config.lane),
-        )  # fmt: skip
+        node.worker = self.email_worker(node, gated=False)
         channel = email_channel(
             FaultyRows(self, node, self.rows), self.recipes,
             recheck=TIMING.recheck, recheck_cap=TIMING.recheck_cap,
@@ -135,11 +120,7 @@ class ChannelWorld(World):
             dlq=FaultyPublisher(self, node, self.broker), parks=FaultyLedger(self, node, self.parks),
         )  # fmt: skip
         node.stoppers.append(consumer.request_stop)
-        node.task = self.loop.create_task(_both(node.worker, consumer.run()))
-        if slot < len(self.slots):
-            self.slots[slot] = node
-        else:
-            self.slots.append(node)
+        self.run_node(node, _both(node.worker, consumer.run()))
 
     # --- the producer: the relay's side of the broker ----------------------------------------------
 

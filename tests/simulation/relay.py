@@ -40,7 +40,6 @@ from outbox_adapters.lanes.relay import RELAY_LANE, RelayHandler, relay_lane
 from outbox_adapters.memory import MemoryBroker
 from outbox_adapters.memory.ordering import event_key
 from outbox_adapters.postgres.events import event_message, new_event
-from outbox_adapters.runtime import Worker
 from outbox_core.delivery import Status
 from outbox_core.event_timing import RelayTiming
 from outbox_core.outcomes import Outcome
@@ -122,25 +121,15 @@ class RelayWorld(World):
         return self.rng.uniform(0.5, 3.0)
 
     def start(self, slot: int) -> None:
-        if self.closing:
+        node = self.new_node(slot)
+        if node is None:
             return
-        generation = 0
-        if slot < len(self.slots):
-            old = self.slots[slot]
-            self.retired.append(old)
-            generation = int(old.name.split(".")[1]) + 1
-        node = Node(self, slot, generation)
-        node.worker = Worker(
-            FaultyStore(self, node, self.store), RelayHandler(FaultyBrokerPublisher(self, node, self.broker)),
-            self.config, clock=node.clock, leader=FaultyLeader(self, node, self.leader),
-            holder=node.name, entropy=self.rng.randbytes, jitter=self.rng.random,
-            wakeup=self.store.wakeup(RELAY_LANE),
+        node.worker = self.worker(
+            node, FaultyStore(self, node, self.store),
+            RelayHandler(FaultyBrokerPublisher(self, node, self.broker)), self.config,
+            wakeup=self.store.wakeup(RELAY_LANE), leader=FaultyLeader(self, node, self.leader),
         )  # fmt: skip
-        node.task = self.loop.create_task(node.worker.run())
-        if slot < len(self.slots):
-            self.slots[slot] = node
-        else:
-            self.slots.append(node)
+        self.run_node(node, node.worker.run())
 
     async def _produce(self) -> None:
         at = 0.0

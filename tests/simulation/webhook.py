@@ -310,14 +310,9 @@ class WebhookWorld(World):
 
     def start(self, slot: int) -> None:
         """One webhook process, wired as ``WebhookWorkers`` wires it (which needs a pool)."""
-        if self.closing:
+        node = self.new_node(slot)
+        if node is None:
             return
-        generation = 0
-        if slot < len(self.slots):
-            old = self.slots[slot]
-            self.retired.append(old)
-            generation = int(old.name.split(".")[1]) + 1
-        node = Node(self, slot, generation)
         repository = FaultyRepository(self, node)
         deliveries = FaultyStore(self, node, self.store)
         leader = FaultyLeader(self, node, self.leader) if self.gated else None
@@ -330,24 +325,17 @@ class WebhookWorld(World):
             deliveries, attempt(born=True), self.config, lease=self.webhook_timing.birth_lease,
             clock=node.clock, jitter=self.rng.random, in_flight=self.first_attempts,
         )  # fmt: skip
-        drainer = Worker(
-            FaultyStore(self, node, self.outbox),
+        drainer = self.worker(
+            node, FaultyStore(self, node, self.outbox),
             FanOutHandler(repository, first, clock=node.clock, entropy=self.rng.randbytes),
-            self.drain_config, clock=node.clock, leader=leader, holder=node.name,
-            entropy=self.rng.randbytes, jitter=self.rng.random,
-            wakeup=self.outbox.wakeup(WEBHOOK_LANE),
+            self.drain_config, wakeup=self.outbox.wakeup(WEBHOOK_LANE), leader=leader,
         )  # fmt: skip
-        node.worker = Worker(
-            deliveries, attempt(born=False), self.config, clock=node.clock, leader=leader,
-            holder=node.name, entropy=self.rng.randbytes, jitter=self.rng.random,
-            wakeup=self.store.wakeup(DELIVERY_LANE),
+        node.worker = self.worker(
+            node, deliveries, attempt(born=False), self.config,
+            wakeup=self.store.wakeup(DELIVERY_LANE), leader=leader,
         )  # fmt: skip
         node.stoppers += [drainer.request_stop, first.request_stop]
-        node.task = self.loop.create_task(_process(drainer, node.worker, first))
-        if slot < len(self.slots):
-            self.slots[slot] = node
-        else:
-            self.slots.append(node)
+        self.run_node(node, _process(drainer, node.worker, first))
 
     async def _produce(self) -> None:
         arrivals = sorted(self.rng.uniform(0, 60) for _ in range(self.events))

@@ -21,9 +21,9 @@ import hashlib
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
-from typing import Final
+from typing import Any, Final
 
 import attrs
 from tests.simulation.plan import Fault, Kind, Plan
@@ -301,25 +301,49 @@ class World:
 
     def start(self, slot: int) -> None:
         """Start a new worker process in ``slot`` (the first, or after a crash or cancellation)."""
-        if self.closing:
+        node = self.new_node(slot)
+        if node is None:
             return
+        node.worker = self.email_worker(node, gated=self.gated)
+        self.run_node(node, node.worker.run())
+
+    # --- what every world's processes are made of ------------------------------------------------
+
+    def new_node(self, slot: int) -> Node | None:
+        """A new process for ``slot``, the one it replaces retired; ``None`` once closing."""
+        if self.closing:
+            return None
         generation = 0
         if slot < len(self.slots):
             old = self.slots[slot]
             self.retired.append(old)
             generation = int(old.name.split(".")[1]) + 1
-        node = Node(self, slot, generation)
+        return Node(self, slot, generation)
+
+    def email_worker(self, node: Node, *, gated: bool) -> Worker:
+        """The e-mail lane's real worker and handler for ``node``, every port faulty."""
         handler = EmailHandler(
             FaultyMailer(self, node, self.peer), sender="noreply@example.org",
             clock=node.clock, steps=self.timing.budgets,
         )  # fmt: skip
-        node.worker = Worker(
-            FaultyStore(self, node, self.store), handler, self.config, clock=node.clock,
-            leader=FaultyLeader(self, node, self.leader) if self.gated else None,
-            holder=node.name, entropy=self.rng.randbytes, jitter=self.rng.random,
-            wakeup=self.store.wakeup(self.config.lane),
+        leader = FaultyLeader(self, node, self.leader) if gated else None
+        return self.worker(node, FaultyStore(self, node, self.store), handler, self.config,
+                           wakeup=self.store.wakeup(self.config.lane), leader=leader)  # fmt: skip
+
+    def worker(
+        self, node: Node, store: Any, handler: Any, config: LaneConfig, *,
+        wakeup: Any, leader: Any = None,
+    ) -> Worker:  # fmt: skip
+        """A real ``Worker`` of ``node``: its clock, name, and the world's entropy and jitter."""
+        return Worker(
+            store, handler, config, clock=node.clock, leader=leader, holder=node.name,
+            entropy=self.rng.randbytes, jitter=self.rng.random, wakeup=wakeup,
         )  # fmt: skip
-        node.task = self.loop.create_task(node.worker.run())
+
+    def run_node(self, node: Node, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` as ``node``'s process, in its slot."""
+        node.task = self.loop.create_task(work)
+        slot = node.slot
         if slot < len(self.slots):
             self.slots[slot] = node
         else:
