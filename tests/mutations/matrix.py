@@ -75,6 +75,12 @@ async def _attached(attempt: Callable[[], Coroutine[Any, Any, Any]], _keep: set[
     return await attempt()
 
 
+async def _gathered_wait(self: Marker) -> None:
+    """The mutant of Marker.wait: gather, which cancels the marks when the waiter is cancelled."""
+    while self.in_flight:
+        await asyncio.gather(*list(self.in_flight), return_exceptions=True)
+
+
 def _no_detached_group(_self: Marker, marks: Any) -> None:
     """The mutant of Marker.detach_group: a cancelled window's ended rows are not recorded."""
     del marks
@@ -247,6 +253,14 @@ MUTANTS += (
         "tests/unit/test_worker.py::"
         "test_a_window_cancelled_while_one_row_hangs_records_the_rows_that_ended",
         (Marker, "detach_group", _no_detached_group),
+    ),
+    Mutant(
+        "marks-wait-cancels-marks",
+        "a stopping worker's wait leaves its detached marks running when cancelled again",
+        "wait with gather (a second cancellation cancels the marks it waits for)",
+        "tests/unit/test_worker.py::"
+        "test_a_mark_survives_a_second_cancellation_of_a_stopping_worker",
+        (Marker, "wait", _gathered_wait),
     ),
     Mutant(
         "batch-timeout-from-claim-start",

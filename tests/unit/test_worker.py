@@ -303,6 +303,42 @@ async def test_a_window_cancelled_while_one_row_hangs_records_the_rows_that_ende
     assert rows[slow].claim_token is not None  # still leased: it comes back when the lease ends
 
 
+class HeldMarks(MemoryStore):
+    """A store whose marks wait for ``go`` (a mark still running when the worker is cancelled)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.go = asyncio.Event()
+        self.marking = asyncio.Event()
+
+    async def mark_if_pending(self, mark):
+        self.marking.set()
+        await self.go.wait()
+        return await super().mark_if_pending(mark)
+
+
+async def test_a_mark_survives_a_second_cancellation_of_a_stopping_worker() -> None:
+    """Cancelled once while its mark runs, the worker re-runs the mark detached and waits for it;
+    cancelled again while it waits, the mark must go on (found by the simulator, seed 72324:
+    ``gather`` cancelled the marks it waited for, and the row was sent again)."""
+    clock = FakeClock(T0)
+    store = HeldMarks(clock)
+    [row_id] = [int(store.enqueue(NewMessage("email", {"n": 1})).row_id)]
+    worker = worker_for(store, RecordingHandler(), clock)
+    running = asyncio.ensure_future(worker.run())
+    await store.marking.wait()
+    running.cancel()  # the first: the mark is re-run in a task of its own
+    for _ in range(3):
+        await asyncio.sleep(0)
+    running.cancel()  # the second: the worker stops waiting for it
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    store.go.set()
+    await worker.wait_for_marks()
+    [row] = store.rows()
+    assert (row.id, row.status) == (row_id, Status.DISPATCHED)
+
+
 async def test_a_database_outage_does_not_end_the_worker() -> None:
     clock = FakeClock(T0)
     store = FlakyClaims(clock, failures=2)

@@ -148,9 +148,13 @@ class Marker:
         return result is MarkResult.APPLIED
 
     async def wait(self) -> None:
-        """Wait for every detached mark still running (each is bounded by its own budget)."""
+        """Wait for every detached mark still running (each is bounded by its own budget).
+
+        ``asyncio.wait``, not ``gather``: if the waiter is cancelled (a second cancellation of a
+        worker already stopping), ``gather`` would cancel the marks it waits for and lose them;
+        ``wait`` leaves them running to their end (found by the simulator, seed 72324)."""
         while self.in_flight:
-            await asyncio.gather(*list(self.in_flight), return_exceptions=True)
+            await asyncio.wait(list(self.in_flight))
 
     async def _release_within_budget(self, row: ClaimedRow) -> MarkResult:
         # The budget sits inside the detached task: a timeout around run_detached would leave
