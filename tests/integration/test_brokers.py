@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -250,6 +251,10 @@ async def test_kafka_declare_creates_topics_or_names_them_when_the_cluster_canno
     " InvalidRequest (error 42; plain aiokafka too), so the group stalls: proven on a real cluster",
     strict=True,
 )
+# On the mock cluster the stalled join leaves aiokafka connections that its own stop() does not
+# close; they are collected at the end of this test (below), so their ResourceWarnings are this
+# test's and not the next one's (fresh-clone CI: test_cli's second test failed on them).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_kafka_two_members_of_a_group_share_the_partitions_and_miss_nothing(kafka_url):
     first_client, second_client = broker_from_url(kafka_url), broker_from_url(kafka_url)
     topic = topic_name()
@@ -284,4 +289,6 @@ async def test_kafka_two_members_of_a_group_share_the_partitions_and_miss_nothin
     finally:
         await first_client.aclose()
         await second_client.aclose()
+        consumers.clear()
+        gc.collect()
     assert seen["a"] | seen["b"] == {m.message_id for m in sent}, (len(seen["a"]), len(seen["b"]))
