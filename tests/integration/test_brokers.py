@@ -251,9 +251,10 @@ async def test_kafka_declare_creates_topics_or_names_them_when_the_cluster_canno
     " InvalidRequest (error 42; plain aiokafka too), so the group stalls: proven on a real cluster",
     strict=True,
 )
-# On the mock cluster the stalled join leaves aiokafka connections that its own stop() does not
-# close; they are collected at the end of this test (below), so their ResourceWarnings are this
-# test's and not the next one's (fresh-clone CI: test_cli's second test failed on them).
+# On the mock cluster the stalled join leaves aiokafka tasks and connections that its own stop()
+# does not end; they are ended and collected at the end of this test (below), so their
+# ResourceWarnings are this test's and not a later one's (fresh-clone CI: test_cli's second test,
+# then the browser test, failed on them).
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_kafka_two_members_of_a_group_share_the_partitions_and_miss_nothing(kafka_url):
     first_client, second_client = broker_from_url(kafka_url), broker_from_url(kafka_url)
@@ -290,5 +291,11 @@ async def test_kafka_two_members_of_a_group_share_the_partitions_and_miss_nothin
         await first_client.aclose()
         await second_client.aclose()
         consumers.clear()
+        # The stalled join's coordinator tasks still hold their connections: end them here, or
+        # the loop's close leaves them pending and they are collected in a later test.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
         gc.collect()
     assert seen["a"] | seen["b"] == {m.message_id for m in sent}, (len(seen["a"]), len(seen["b"]))
