@@ -327,6 +327,22 @@ async def test_dispatched_and_skipped_marks_scrub_exactly_the_secret_keys_in_the
     assert holding == [(failed, "failed"), (pending, "pending")]
 
 
+async def test_scrub_keys_with_quotes_commas_braces_and_backslashes_are_scrubbed_exactly(
+    dsn: str, store: PostgresStore
+):
+    # The scrub keys travel as one text[] literal made by the store (marks.text_array); a key that
+    # array syntax treats specially must still name exactly that key, in MARK and in MARK_MANY.
+    odd = frozenset({'a"b', "c,d", "{e}", "f\\g", " h ", "NULL", "é"})
+    payload = dict.fromkeys(odd, "secret") | {"kept": 1, "NULL ": 2, "ab": 3}
+    ids = [insert(dsn, payload=payload)[0] for _ in range(3)]
+    rows = {row.id: row for row in await store.claim_due(claim(limit=3))}
+    one, *group = (Mark.dispatched(rows[row_id], scrub_keys=odd) for row_id in ids)
+    assert await store.mark_if_pending(one) is MarkResult.APPLIED
+    assert await store.mark_many(group) == [MarkResult.APPLIED, MarkResult.APPLIED]
+    for row_id in ids:
+        assert fetch(dsn, row_id)["payload"] == {"kept": 1, "NULL ": 2, "ab": 3}
+
+
 async def test_marks_never_change_attempts(dsn: str, store: PostgresStore):
     ids = insert(dsn, 3)
     rows = await store.claim_due(claim())

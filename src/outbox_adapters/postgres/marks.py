@@ -5,6 +5,7 @@ before anything is written (an endpoint to disable on a table that has none).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -15,7 +16,14 @@ from outbox_adapters.store_rules import coerce_row_id
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import Mark
 
-__all__ = ["check_disable", "disable_params", "mark_many_params", "mark_params", "scrub_groups"]
+__all__ = [
+    "check_disable",
+    "disable_params",
+    "mark_many_params",
+    "mark_params",
+    "scrub_groups",
+    "text_array",
+]
 
 
 def mark_params(mark: Mark) -> dict[str, Any]:
@@ -26,7 +34,7 @@ def mark_params(mark: Mark) -> dict[str, Any]:
         "status": mark.status.value,
         "reason": mark.reason,
         "retry_delay": mark.retry_delay,
-        "scrub_keys": sorted(mark.scrub_keys),
+        "scrub_keys": text_array(mark.scrub_keys),
         "patch": _patch_json(mark),
         "now": None,
     }
@@ -42,7 +50,7 @@ def mark_many_params(group: Sequence[Mark]) -> dict[str, Any]:
         "retry_delays": [m.retry_delay for m in group],
         "scrubs": [bool(m.scrub_keys) for m in group],
         "patches": [_patch_json(m) for m in group],
-        "scrub_keys": next((sorted(m.scrub_keys) for m in group if m.scrub_keys), []),
+        "scrub_keys": text_array(next((m.scrub_keys for m in group if m.scrub_keys), frozenset())),
         "now": None,
     }
 
@@ -67,6 +75,18 @@ def check_disable(table: Table, marks: Sequence[Mark]) -> None:
             f" {table.name} has no endpoint_id column; only the webhook deliveries table"
             " (outbox_webhook_delivery) takes such a mark"
         )
+
+
+@functools.lru_cache(maxsize=64)
+def text_array(keys: frozenset[str]) -> str:
+    """``keys`` as a PostgreSQL ``text[]`` literal (every element quoted and escaped), sorted.
+
+    A lane's scrub keys are the same for every mark, so their literal is made once; sent as text
+    and cast by the statement (``::text[]``), it spares the driver's list adaptation per mark,
+    which was the largest single cost of building a mark's parameters.
+    """
+    quoted = ('"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"' for key in sorted(keys))
+    return "{" + ",".join(quoted) + "}"
 
 
 def _patch_json(mark: Mark) -> str:
