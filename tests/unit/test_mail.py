@@ -657,3 +657,11 @@ def test_outgoing_mail_only_holds_normalised_addresses() -> None:
     with pytest.raises(TypeError):
         attrs.evolve(good, data="text")  # type: ignore[arg-type]
     assert "data" not in repr(good)
+
+
+def test_the_whitespace_test_of_an_address_is_str_isspace_on_every_code_point() -> None:
+    # validate_address finds whitespace with a regex (\s); it must be exactly str.isspace().
+    from outbox_core.mail.addresses import _SPACE  # noqa: PLC0415 - the one private pattern
+
+    found = [cp for cp in range(0x110000) if bool(_SPACE.search(chr(cp))) != chr(cp).isspace()]
+    assert found == []

@@ -7,6 +7,7 @@ both on the SMTP envelope and in the headers, so the address on the wire is alwa
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from itertools import zip_longest
@@ -35,6 +36,8 @@ _IDNA_DOTS = re.compile("[.\u3002\uff0e\uff61]")
 # RFC 5322 §3.2.3 atext; a dot-atom is atext runs joined by single dots.
 ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _DOT_ATOM = re.compile(rf"{ATEXT}(?:\.{ATEXT})*")
+# Whitespace as str.isspace() reads it (re's \s on str patterns is the same Unicode predicate).
+_SPACE = re.compile(r"\s")
 # RFC 1035 §2.3.1 / RFC 5890 LDH label (already lower-cased).
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
@@ -54,13 +57,21 @@ def validate_address(raw: str) -> str:
     """
     if not isinstance(raw, str):
         raise _refuse(raw, f"it is of type {type(raw).__name__}, not a string")
+    return _validated(raw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _validated(raw: str) -> str:
+    """:func:`validate_address` of a string. Kept for the most recent addresses: a message's
+    addresses are checked by the builder and again by the message it returns, and a lane sends
+    from one sender (a refusal is an exception, which the cache does not keep)."""
     # Before anything else, so a huge value costs nothing more than its length.
     if len(raw) > MAX_ADDRESS_LENGTH:
         raise _refuse(raw, f"it is {len(raw)} characters long; the limit is 254 (RFC 5321)")
     bad = UNSAFE.search(raw)
     if bad:
         raise _refuse(raw, f"it contains the control character U+{ord(bad.group()):04X}")
-    if any(ch.isspace() for ch in raw):
+    if _SPACE.search(raw):
         raise _refuse(raw, "it contains whitespace; give a bare address, no name or comment")
     if "<" in raw or ">" in raw:
         raise _refuse(raw, "it contains an angle bracket; give the bare address only")

@@ -14,12 +14,14 @@ import email.headerregistry
 import email.parser
 import email.policy
 import email.utils
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from outbox_core.errors import UnsafeHeader
+from outbox_core.mail.addresses import ATEXT
 from outbox_core.mail.attachments import Attachment
 from outbox_core.mail.headers import MAX_HEADER_LENGTH
 
@@ -152,13 +154,20 @@ def _reparse(data: bytes, intended: Intended) -> list[tuple[str, object, object]
         value = unfolded(name)
         return None if value is None else _REPARSE_POLICY.header_factory(name, value)
 
+    def addresses(name: str, want: list[str]) -> list[str]:
+        # Plain bare addresses written exactly as intended read back as themselves (see
+        # _plain_list); anything else (a display name, a difference) goes through the parser.
+        if _plain_list(unfolded(name), want):
+            return want
+        return _addresses(header(name))
+
     return [
         ("header names", sorted(key.lower() for key in parsed), sorted(want_names)),
-        ("From", _addresses(header("From")), [intended.sender]),
-        ("To", _addresses(header("To")), list(intended.recipients)),
+        ("From", addresses("From", [intended.sender]), [intended.sender]),
+        ("To", addresses("To", list(intended.recipients)), list(intended.recipients)),
         (
             "Reply-To",
-            _addresses(header("Reply-To")),
+            addresses("Reply-To", [intended.reply_to] if intended.reply_to else []),
             [intended.reply_to] if intended.reply_to else [],
         ),
         ("Subject", str(header("Subject")), intended.subject),
@@ -197,6 +206,28 @@ def _attachment(part: Message) -> tuple[object, ...]:
         part.get_filename(),
         part.get_content_type(),
         part.get_payload(decode=True),
+    )
+
+
+#: A bare addr-spec that the RFC 5322 grammar reads one way only: a dot-atom local part (no
+#: ``=?``, which a parser may take for an encoded word) at a dotted LDH host name.
+_PLAIN_ADDRESS = re.compile(rf"{ATEXT}(?:\.{ATEXT})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+
+
+def _plain_list(value: str | None, want: list[str]) -> bool:
+    """Whether an address header's unfolded ``value`` is exactly ``want`` joined by ``", "``, each
+    a plain bare address (:data:`_PLAIN_ADDRESS`, no ``=?``).
+
+    Such a value holds no display name, comment, quoted string, group, encoded word or folding
+    white space, so it reads back as exactly ``want``: the default policy's parser gives the same
+    addr-specs (``tests/unit/test_mail_verify_fast_path.py`` proves it on generated addresses).
+    This spares the parse (about 40 % of a message's self-check) in the common case; any other
+    value is parsed, so a writer that wrote anything else is still caught.
+    """
+    return (
+        bool(want)
+        and value == ", ".join(want)
+        and all(_PLAIN_ADDRESS.fullmatch(a) and "=?" not in a for a in want)
     )
 
 
