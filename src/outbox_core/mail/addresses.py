@@ -35,7 +35,8 @@ _ENCODED_WORD_SYNTAX = re.compile(r"=\?.*\?=")
 _IDNA_DOTS = re.compile("[.\u3002\uff0e\uff61]")
 # RFC 5322 §3.2.3 atext; a dot-atom is atext runs joined by single dots.
 ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
-_DOT_ATOM = re.compile(rf"{ATEXT}(?:\.{ATEXT})*")
+DOT_ATOM = rf"{ATEXT}(?:\.{ATEXT})*"
+_DOT_ATOM = re.compile(DOT_ATOM)
 # Whitespace as str.isspace() reads it (re's \s on str patterns is the same Unicode predicate).
 _SPACE = re.compile(r"\s")
 # RFC 1035 §2.3.1 / RFC 5890 LDH label (already lower-cased).

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from outbox_core.errors import UnsafeHeader
-from outbox_core.mail.addresses import ATEXT
+from outbox_core.mail.addresses import DOT_ATOM
 from outbox_core.mail.attachments import Attachment
 from outbox_core.mail.headers import MAX_HEADER_LENGTH
 
@@ -161,15 +161,13 @@ def _reparse(data: bytes, intended: Intended) -> list[tuple[str, object, object]
             return want
         return _addresses(header(name))
 
+    sender, recipients = [intended.sender], list(intended.recipients)
+    reply_to = [intended.reply_to] if intended.reply_to else []
     return [
         ("header names", sorted(key.lower() for key in parsed), sorted(want_names)),
-        ("From", addresses("From", [intended.sender]), [intended.sender]),
-        ("To", addresses("To", list(intended.recipients)), list(intended.recipients)),
-        (
-            "Reply-To",
-            addresses("Reply-To", [intended.reply_to] if intended.reply_to else []),
-            [intended.reply_to] if intended.reply_to else [],
-        ),
+        ("From", addresses("From", sender), sender),
+        ("To", addresses("To", recipients), recipients),
+        ("Reply-To", addresses("Reply-To", reply_to), reply_to),
         ("Subject", str(header("Subject")), intended.subject),
         ("Date", _date(unfolded("Date")), intended.date),
         # The exact text: the intended id is a validated <left@right>, nothing to decode.
@@ -211,7 +209,7 @@ def _attachment(part: Message) -> tuple[object, ...]:
 
 #: A bare addr-spec that the RFC 5322 grammar reads one way only: a dot-atom local part (no
 #: ``=?``, which a parser may take for an encoded word) at a dotted LDH host name.
-_PLAIN_ADDRESS = re.compile(rf"{ATEXT}(?:\.{ATEXT})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_PLAIN_ADDRESS = re.compile(rf"{DOT_ATOM}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 
 
 def _plain_list(value: str | None, want: list[str]) -> bool:
