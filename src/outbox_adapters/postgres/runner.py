@@ -2,7 +2,11 @@
 
 A worker's claim and marks run one after another, so in the strict mode they all reuse one
 connection (no pool round trip per mark); it is kept at most :data:`KEEP_FOR` seconds, then handed
-back so the pool's checks (broken, past its lifetime) apply to it again.
+back so the pool's checks (broken, past its lifetime) apply to it again. The kept connection keeps
+its cursor too: psycopg's ``connection.execute`` makes a new cursor for every statement, which
+costs about a quarter of the Python time of a mark (docs/benchmarks.md, "Dispatch, 2026-12-02").
+A client-side cursor holds nothing on the server, so one handed back with its connection is simply
+dropped.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ class StatementRunner:
 
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self._pool = pool
-        self._kept: AsyncConnection[Any] | None = None
+        #: The kept connection's cursor, reused by every statement run on it.
+        self._cursor: AsyncCursor[Any] | None = None
         self._kept_conn: AsyncConnection[Any] | None = None
         self._kept_until = 0.0
         self._closing = False
@@ -37,9 +42,9 @@ class StatementRunner:
     async def close(self) -> None:
         """Give the kept connection back to the pool; keep none from now on."""
         self._closing = True
-        kept, self._kept = self._kept, None
+        kept, self._cursor = self._cursor, None
         if kept is not None:
-            await self._pool.putconn(kept)
+            await self._pool.putconn(kept.connection)
 
     async def run(
         self,
@@ -49,41 +54,42 @@ class StatementRunner:
     ) -> R:
         """Run ``query`` as its own transaction (one round trip on an autocommit connection) on
         the kept connection or a pooled one, and ``read`` its cursor."""
-        conn = await self._take()
+        cur = await self._take()
         ok = False
         try:
-            if conn.autocommit:
-                result = await read(await conn.execute(query, params))
+            if cur.connection.autocommit:
+                result = await read(await cur.execute(query, params))
             else:
-                async with conn.transaction():
-                    result = await read(await conn.execute(query, params))
+                async with cur.connection.transaction():
+                    result = await read(await cur.execute(query, params))
             ok = True
         finally:
-            await self._give_back(conn, ok=ok)
+            await self._give_back(cur, ok=ok)
         return result
 
-    async def _take(self) -> AsyncConnection[Any]:
-        """The kept connection if it is free, else one from the pool."""
-        kept = self._kept
+    async def _take(self) -> AsyncCursor[Any]:
+        """A cursor on the kept connection if it is free, else on one from the pool."""
+        kept = self._cursor
         if kept is not None:
-            self._kept = None
+            self._cursor = None
             return kept
         conn: AsyncConnection[Any] = await self._pool.getconn()
-        return conn
+        return conn.cursor()
 
-    async def _give_back(self, conn: AsyncConnection[Any], *, ok: bool) -> None:
-        """Keep ``conn`` for the next statement, or return it to the pool.
+    async def _give_back(self, cur: AsyncCursor[Any], *, ok: bool) -> None:
+        """Keep ``cur`` and its connection for the next statement, or return the connection.
 
         Only a connection whose statement succeeded and that is idle (no transaction left open)
         is kept, one at a time, and for at most :data:`KEEP_FOR` seconds. Anything else goes
         straight back, and the pool discards it if it is broken.
         """
+        conn = cur.connection
         now = time.monotonic()
-        if self._kept is None and ok and not self._closing:
+        if self._cursor is None and ok and not self._closing:
             if conn is not self._kept_conn:
                 self._kept_conn, self._kept_until = conn, now + KEEP_FOR
             if now < self._kept_until and conn.pgconn.transaction_status == _IDLE:
-                self._kept = conn
+                self._cursor = cur
                 return
             self._kept_conn = None
         await self._pool.putconn(conn)

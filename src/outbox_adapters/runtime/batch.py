@@ -72,6 +72,8 @@ class BatchRunner:
         # The budgets as seconds, once (the config is frozen): the per-row path reads them.
         self._per_row = timing.per_row.total_seconds()
         self._send_budget = (timing.per_row - timing.mark_budget).total_seconds()
+        #: No leader lease: the row-start gate is the batch's alone, checked without an await.
+        self._ungated = leadership.lease is None
 
     async def run(self, rows: Sequence[ClaimedRow], times: BatchClock, report: BatchReport) -> None:
         """Work ``rows`` (claimed at ``times.claimed_at``) into ``report``."""
@@ -93,8 +95,10 @@ class BatchRunner:
         self, rows: Sequence[ClaimedRow], times: BatchClock, report: BatchReport
     ) -> None:
         """The strict mode: one row at a time, in this task (no task or semaphore per row)."""
+        ungated = self._ungated
         for index, row in enumerate(rows):
-            if not await self._may_start(times, report):
+            # The common case (no leader lease) decides on the spot; no coroutine per row.
+            if not (self._fits_batch(times) if ungated else await self._may_start(times, report)):
                 await self._release_all(rows[index:], report)
                 return
             await self._one(row, times, report)
@@ -146,10 +150,16 @@ class BatchRunner:
 
     # --- one row -------------------------------------------------------------------------------
 
+    def _fits_batch(self, times: BatchClock) -> bool:
+        """The batch's row-start gate (and shutdown): a whole row still fits before its deadline."""
+        return not self._stopping() and times.may_start_row(self.clock.monotonic(), self._per_row)
+
     async def _may_start(self, times: BatchClock, report: BatchReport) -> bool:
         """The row-start gates (and shutdown): the batch's, then the leadership's."""
-        if self._stopping() or not times.may_start_row(self.clock.monotonic(), self._per_row):
+        if not self._fits_batch(times):
             return False
+        if self._ungated:
+            return True
         if not await self._leadership.admits(self._per_row):
             report.leadership_lost += 1
             _log.warning(
@@ -158,7 +168,7 @@ class BatchRunner:
             )
             return False
         # The leadership gate may have waited for a renewal: the batch's gate again, on the clock.
-        return not self._stopping() and times.may_start_row(self.clock.monotonic(), self._per_row)
+        return self._fits_batch(times)
 
     async def _release_all(self, rows: Sequence[ClaimedRow], report: BatchReport) -> None:
         """Give back rows that will not be started: due again at once, attempt refunded."""
@@ -190,15 +200,30 @@ class BatchRunner:
     async def _send(self, row: ClaimedRow, times: BatchClock, report: BatchReport) -> Outcome:
         """The handler, within the row's send budget, never past the lease nor the leader term."""
         started = self.clock.monotonic()
-        # The gate admitted the row inside the term; bounding the deadline by the term too keeps a
-        # worker frozen between the gate and here (or a row task started after its term was lost)
-        # from sending while another worker may lead the lane.
-        deadline = min(
-            times.row_deadline(started, self._send_budget), self._leadership.trusted_until()
-        )
+        deadline = times.row_deadline(started, self._send_budget)
+        if not self._ungated:
+            # The gate admitted the row inside the term; bounding the deadline by the term too
+            # keeps a worker frozen between the gate and here (or a row task started after its
+            # term was lost) from sending while another worker may lead the lane.
+            deadline = min(deadline, self._leadership.trusted_until())
+        budget = max(0.0, deadline - started)
         # The delivery span (linked to the enqueue's, ADR 0028) holds the handler's own spans.
         with delivering(row) as delivery:
-            outcome = await self._attempt(row, report, budget=max(0.0, deadline - started))
+            if isinstance(row.payload, str):
+                # The store could not decode the stored payload: no handler can send it, so it
+                # fails at once instead of crashing a handler (retried for days) or blocking the
+                # lane.
+                outcome = Outcome.permanent(f"undeliverable: {_undecodable(row.payload)}")
+            elif budget <= 0:
+                outcome = Outcome.transient(
+                    "no time left on the lease or leader term to start the send"
+                )
+            else:
+                try:
+                    async with asyncio.timeout(budget):
+                        outcome = await self.handler(row, budget=timedelta(seconds=budget))
+                except Exception as exc:  # noqa: BLE001 - a handler bug is this row's failure
+                    outcome = _failed(row, exc, report, budget)
             delivery.ended(outcome)
         return outcome
 
@@ -227,32 +252,25 @@ class BatchRunner:
             )
         return mark
 
-    async def _attempt(self, row: ClaimedRow, report: BatchReport, *, budget: float) -> Outcome:
-        if isinstance(row.payload, str):
-            # The store could not decode the stored payload: no handler can send it, so it fails
-            # at once instead of crashing a handler (retried for days) or blocking the lane.
-            return Outcome.permanent(f"undeliverable: {_undecodable(row.payload)}")
-        if budget <= 0:
-            return Outcome.transient("no time left on the lease or leader term to start the send")
-        try:
-            async with asyncio.timeout(budget):
-                return await self.handler(row, budget=timedelta(seconds=budget))
-        except TimeoutError:
-            report.budget_overruns += 1
-            return Outcome.transient(
-                f"row budget of {budget:.1f}s ran out mid-send", maybe_delivered=True
-            )
-        except InvalidMessage as exc:
-            return Outcome.permanent(f"undeliverable: {exc}")
-        except Exception as exc:  # noqa: BLE001 - a handler bug is this row's failure, not the batch's
-            report.handler_errors += 1
-            _log.warning(
-                "handler raised %s on row %s",
-                type(exc).__name__,
-                row.id,
-                extra={"outbox_lane": row.lane, "outbox_row": row.id},
-            )
-            return Outcome.transient(f"handler raised {type(exc).__name__}")
+
+def _failed(row: ClaimedRow, exc: Exception, report: BatchReport, budget: float) -> Outcome:
+    """The outcome of a send that raised ``exc``: its budget ran out, the message was refused as
+    undeliverable, or the handler has a bug (this row's failure, never the batch's)."""
+    if isinstance(exc, TimeoutError):
+        report.budget_overruns += 1
+        return Outcome.transient(
+            f"row budget of {budget:.1f}s ran out mid-send", maybe_delivered=True
+        )
+    if isinstance(exc, InvalidMessage):
+        return Outcome.permanent(f"undeliverable: {exc}")
+    report.handler_errors += 1
+    _log.warning(
+        "handler raised %s on row %s",
+        type(exc).__name__,
+        row.id,
+        extra={"outbox_lane": row.lane, "outbox_row": row.id},
+    )
+    return Outcome.transient(f"handler raised {type(exc).__name__}")
 
 
 def _undecodable(stored: str) -> str:
