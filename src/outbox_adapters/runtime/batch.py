@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from outbox_adapters.runtime.config import LaneConfig
+from outbox_adapters.runtime.deadline import Deadlines
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.runtime.report import BatchReport, count
@@ -74,6 +75,8 @@ class BatchRunner:
         self._send_budget = (timing.per_row - timing.mark_budget).total_seconds()
         #: No leader lease: the row-start gate is the batch's alone, checked without an await.
         self._ungated = leadership.lease is None
+        #: The sends' time limits, one loop timer for the rows sent one after another.
+        self._deadlines = Deadlines()
 
     async def run(self, rows: Sequence[ClaimedRow], times: BatchClock, report: BatchReport) -> None:
         """Work ``rows`` (claimed at ``times.claimed_at``) into ``report``."""
@@ -220,7 +223,7 @@ class BatchRunner:
                 )
             else:
                 try:
-                    async with asyncio.timeout(budget):
+                    async with self._deadlines.within(budget):
                         outcome = await self.handler(row, budget=timedelta(seconds=budget))
                 except Exception as exc:  # noqa: BLE001 - a handler bug is this row's failure
                     outcome = _failed(row, exc, report, budget)

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from outbox_adapters.runtime.config import LaneConfig
+from outbox_adapters.runtime.deadline import Deadlines
 from outbox_core.backoff import MARK_RETRY
 from outbox_core.errors import StaleMark, StoreUnavailable
 from outbox_core.messages import ClaimedRow, Mark
@@ -80,6 +81,8 @@ class Marker:
         self._stale_error = stale
         self.mark_budget = mark_budget
         self._jitter = jitter
+        #: The marks' time limits, one loop timer for the marks written one after another.
+        self._deadlines = Deadlines()
         #: Detached marks and releases still running; the worker waits for them at shutdown.
         self.in_flight: set[asyncio.Task[Any]] = set()
 
@@ -166,7 +169,7 @@ class Marker:
         """Run ``write(marks)`` within the mark budget, retrying a store outage inside it."""
         failures = 0
         try:
-            async with asyncio.timeout(self.mark_budget):
+            async with self._deadlines.within(self.mark_budget):
                 while True:
                     try:
                         return await write(marks)
