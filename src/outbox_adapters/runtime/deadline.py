@@ -25,6 +25,12 @@ from typing import Any
 
 __all__ = ["Deadlines"]
 
+#: How early a loop timer may fire and still count as on time: uvloop arms its timers in whole
+#: milliseconds, so a timer can fire up to a millisecond before the instant it was armed for.
+#: Without it, a timer that fires a fraction of a millisecond early would re-arm, again and again,
+#: until the loop's clock passed the deadline.
+_EARLY = 0.001
+
 
 class Deadlines:
     """Consecutive time limits on one loop timer; see the module docstring."""
@@ -95,7 +101,7 @@ class Deadlines:
         when, task, loop = self._when, self._task, self._loop
         if when is None or task is None or loop is None or self._expired:
             return  # no scope open: an earlier scope's timer, left armed
-        if loop.time() < when:
+        if loop.time() + _EARLY < when:
             self._arm(loop, when)  # fired for an earlier scope: wait for this one's deadline
             return
         self._expired = True
