@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -31,6 +32,7 @@ from outbox_adapters.postgres.webhooks import event_of as _event_of
 from outbox_adapters.postgres.webhooks import statements as _webhook_statements
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import marking as worker
+from outbox_adapters.runtime.deadline import Deadlines
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.smtp import mailer as smtp_mailer
@@ -566,6 +568,30 @@ MUTANTS += (
         "Worker._beat does nothing",
         f"{HEALTH}::test_a_live_leading_worker_is_healthy_and_a_stopped_or_silent_one_is_not",
         (Worker, "_beat", _no_beat),
+    ),
+)
+
+DEADLINE = "tests/unit/test_deadline.py"
+
+
+def _fires_for_any_scope(self: Deadlines) -> None:
+    """The mutant of Deadlines._fire: the reused timer cuts whatever scope is open when it fires,
+    even one whose own deadline is later (no re-arm)."""
+    self._handle, self._armed_at = None, math.inf
+    task = self._task
+    if self._when is None or task is None or self._expired:
+        return
+    self._expired = True
+    task.cancel()
+
+
+MUTANTS += (
+    Mutant(
+        "deadline-fires-early",
+        "the reused time limit re-arms for the open scope's own deadline (ADR 0012)",
+        "Deadlines._fire cuts the open scope at an earlier scope's deadline",
+        f"{DEADLINE}::test_a_later_scope_is_not_cut_at_an_earlier_scope_s_deadline",
+        (Deadlines, "_fire", _fires_for_any_scope),
     ),
 )
 
