@@ -44,6 +44,7 @@ WORKER = "tests/integration/test_email_worker.py"
 ENCRYPTION = "tests/integration/test_encryption.py"
 STALE_WRITER = "tests/chaos/test_f5_stale_writer.py"  # F5: worker subprocesses, SIGSTOP/SIGCONT
 CONTRACT = "tests/contract/test_store_contract.py"
+PATCH = "tests/contract/test_mark_patch_contract.py"
 LEADER = "tests/integration/test_leader.py"
 STEPS = "tests/integration/test_email_steps.py"
 
@@ -150,13 +151,46 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mark-no-scrub",
         "scrub in the dispatched/skipped UPDATE",
-        "drop the scrub",
-        f"{STORE}::test_dispatched_and_skipped_marks_scrub_exactly_the_secret_keys_in_the_same_update",
+        "drop the scrub (MARK: a success mark that also writes a patch)",
+        f"{PATCH}::test_a_mark_writes_its_patch_over_the_payload_after_the_scrub[postgres-dispatched-mark_if_pending]",
         _replace(
             "MARK",
             "(payload - %(scrub_keys)s::text[])",
             "payload",
         ),
+    ),
+)
+
+# The lean mark (MARK_SENT: dispatched or skipped, nothing to patch) is the statement most marks
+# take: the same three mechanisms as MARK, and the stale count it leaves to COUNT_STALE.
+MUTANTS += (
+    Mutant(
+        "mark-sent-no-status-guard",
+        "status guard on lean marks",
+        "drop AND status = 'pending'",
+        f"{CONTRACT}::test_a_mark_on_a_resolved_row_is_stale[postgres-mark_if_pending]",
+        _replace("MARK_SENT", "  AND status = 'pending'\n", ""),
+    ),
+    Mutant(
+        "mark-sent-no-token-fence",
+        "claim-token fence on lean marks",
+        "drop AND claim_token = :token",
+        f"{CONTRACT}::test_a_late_mark_after_a_sibling_reclaimed_the_row_is_stale[postgres-mark_if_pending]",
+        _replace("MARK_SENT", "  AND claim_token = %(token)s\n", ""),
+    ),
+    Mutant(
+        "mark-sent-no-scrub",
+        "scrub in the lean dispatched/skipped UPDATE",
+        "drop the scrub",
+        f"{STORE}::test_dispatched_and_skipped_marks_scrub_exactly_the_secret_keys_in_the_same_update",
+        _replace("MARK_SENT", "THEN payload - %(scrub_keys)s::text[]", "THEN payload"),
+    ),
+    Mutant(
+        "mark-sent-stale-not-counted",
+        "a stale lean mark counted for outbox stats",
+        "COUNT_STALE matches no row",
+        f"{CONTRACT}::test_stale_marks_are_counted_per_lane_for_outbox_stats[postgres-mark_if_pending]",
+        _replace("COUNT_STALE", "WHERE id = %(id)s\n", "WHERE id = %(id)s AND false\n"),
     ),
 )
 
@@ -217,6 +251,13 @@ MUTANTS += (
             "next_attempt_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,",
             "",
         ),
+    ),
+    Mutant(
+        "queue-table-mark-sent-no-token-fence",
+        "claim-token fence on lean marks, on the webhook deliveries table",
+        "drop AND claim_token = :token",
+        f"{CONTRACT}::test_a_late_mark_after_a_sibling_reclaimed_the_row_is_stale[deliveries-mark_if_pending]",
+        _replace("MARK_SENT", "  AND claim_token = %(token)s\n", ""),
     ),
     Mutant(
         "queue-table-mark-no-token-fence",

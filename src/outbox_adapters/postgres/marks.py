@@ -1,6 +1,7 @@
-"""The parameters of the mark statements (``MARK``, ``MARK_MANY``, ``DISABLE_ENDPOINTS``), built
-from the core's :class:`~outbox_core.messages.Mark` values, and the one refusal a mark can meet
-before anything is written (an endpoint to disable on a table that has none).
+"""The parameters of the mark statements (``MARK``, ``MARK_SENT``, ``MARK_MANY``,
+``DISABLE_ENDPOINTS``), built from the core's :class:`~outbox_core.messages.Mark` values, which of
+the two single-row marks a mark takes, and the one refusal a mark can meet before anything is
+written (an endpoint to disable on a table that has none).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from sqlalchemy import Table
 
 from outbox_adapters.store_rules import coerce_row_id
+from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import Mark
 
@@ -22,8 +24,12 @@ __all__ = [
     "mark_many_params",
     "mark_params",
     "scrub_groups",
+    "sent_params",
     "text_array",
 ]
+
+#: The statuses a lean mark (``MARK_SENT``) can write: the row is resolved and its secrets go.
+_SENT = frozenset({Status.DISPATCHED, Status.SKIPPED})
 
 
 def mark_params(mark: Mark) -> dict[str, Any]:
@@ -36,6 +42,22 @@ def mark_params(mark: Mark) -> dict[str, Any]:
         "retry_delay": mark.retry_delay,
         "scrub_keys": text_array(mark.scrub_keys),
         "patch": _patch_json(mark),
+        "now": None,
+    }
+
+
+def sent_params(mark: Mark) -> dict[str, Any] | None:
+    """``MARK_SENT``'s parameters when ``mark`` is the common kind (dispatched or skipped, no
+    payload patch), else ``None``: the mark takes ``MARK``. Neither status can disable an endpoint
+    or carry a retry delay (the core's ``Mark`` refuses both)."""
+    if mark.status not in _SENT or mark.payload_patch:
+        return None
+    return {
+        "id": coerce_row_id(mark.row_id),
+        "token": mark.token.value,
+        "status": mark.status.value,
+        "reason": mark.reason,
+        "scrub_keys": text_array(mark.scrub_keys),
         "now": None,
     }
 

@@ -18,9 +18,11 @@ transaction open across a send.
   its text, for the worker to fail, and never fails the claim of the rows around it.
 - ``mark_if_pending`` is a fenced compare-and-set (``status = 'pending' AND claim_token = :token``)
   on a connection of its own, committed by itself: one row's result never waits for, or rolls back
-  with, another's. That is the per-row duplicate bound. Zero rows matched means a sibling owns the
-  row now (or it was resolved): the mark is *stale*, counted per lane in ``outbox_stale_marks`` by
-  the same statement and reported as ``MarkResult.STALE``, never applied. The store does not log
+  with, another's. That is the per-row duplicate bound. The common mark (dispatched or skipped,
+  nothing to patch) takes the lean ``MARK_SENT``; every other mark takes ``MARK``. Zero rows
+  matched means a sibling owns the row now (or it was resolved): the mark is *stale*, counted per
+  lane in ``outbox_stale_marks`` (by ``MARK``'s own statement, or by ``COUNT_STALE`` right after a
+  lean mark) and reported as ``MarkResult.STALE``, never applied. The store does not log
   it: the worker that made the mark does, once. A retry's due time is ``now() + delay`` in
   database time, like the lease.
 - A failed mark with ``Mark.disable_endpoint`` (a webhook receiver answered 410 Gone) runs the same
@@ -64,6 +66,7 @@ from outbox_adapters.postgres.marks import (
     mark_many_params,
     mark_params,
     scrub_groups,
+    sent_params,
 )
 from outbox_adapters.postgres.operator import OperatorQueries, stored_payload
 from outbox_adapters.postgres.runner import StatementRunner, all_rows, rows_returned
@@ -216,8 +219,16 @@ class PostgresStore(OperatorQueries):
 
     @mapped_outages
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
+        sent = sent_params(mark)
+        if sent is not None:  # the hot path: the lean statement, one round trip
+            matched = await self._runner.run(self._sql(statements.MARK_SENT), sent, rows_returned)
+            if not matched:  # stale: count it (a second statement, only now)
+                await self._runner.run(
+                    self._sql(statements.COUNT_STALE), {"id": sent["id"]}, rows_returned
+                )
+            return count_mark(self.stats, applied=bool(matched))
         params = mark_params(mark)
-        if not mark.disable_endpoint:  # the hot path: one statement, one round trip
+        if not mark.disable_endpoint:  # one statement, one round trip
             matched = await self._runner.run(self._sql(statements.MARK), params, rows_returned)
             return count_mark(self.stats, applied=bool(matched))
         check_disable(self._table, [mark])
