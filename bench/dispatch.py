@@ -12,6 +12,10 @@ N due rows, drains them, and checks that each row was dispatched exactly once an
 
 Workers are asyncio tasks in this one process (each with its own connections), for both sides. The
 order of the three drains rotates from run to run, so none always runs first or last.
+
+Beside the rate, each strict and raw drain's CPU cost per row is measured (:mod:`bench.cpu`: this
+process plus the server's processes): the overhead the library's code owns, which the machine's
+disk and neighbours move far less than the rate.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from bench import rows
+from bench.cpu import CpuMeter, server_seconds
 from bench.library import connection_budget, drain_library, lane_config, pool_size
 from bench.raw import drain_raw
 from bench.server import fresh_database
@@ -67,16 +72,25 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             "library_grouped": library_grouped,
         }
         rates: dict[str, list[float]] = {key: [] for key in drains}
+        cpu: dict[str, list[float]] = {"library": [], "raw": []}
+        meter = CpuMeter()
         for run in range(runs):
             order = rotation(drains, run)
             for key in order:
                 rows.reset(dsn)
                 rows.load_pending(dsn, sizes.dispatch_rows)
                 rows.checkpoint(dsn)
+                meter.start()
                 done, seconds = await drains[key]()
+                client_us, server_us = meter.stop(done)
                 rows.verify_drain(dsn, sizes.dispatch_rows, what=f"dispatch {name} {key}")
                 rates[key].append(done / seconds)
-                log(f"dispatch {name} run {run + 1}: {key} {done / seconds:,.0f} rows/s")
+                if key in cpu:
+                    cpu[key].append(client_us + (server_us or 0.0))
+                log(
+                    f"dispatch {name} run {run + 1}: {key} {done / seconds:,.0f} rows/s,"
+                    f" cpu {client_us:,.0f} us/row here + {_us(server_us)} us/row server"
+                )
         library_fig = Figure.of(rates["library"], "rows/s")
         raw_fig = Figure.of(rates["raw"], "rows/s")
         grouped_fig = Figure.of(rates["library_grouped"], "rows/s")
@@ -91,7 +105,21 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             "library_grouped_rows_per_s": grouped_fig,
             "grouped_ratio": ratio(grouped_fig, raw_fig),
             "grouped_window": window,
+            "library_cpu_us_per_row": Figure.of(cpu["library"], "us/row"),
+            "raw_cpu_us_per_row": Figure.of(cpu["raw"], "us/row"),
+            "cpu_ratio": ratio(
+                Figure.of(cpu["library"], "us/row"), Figure.of(cpu["raw"], "us/row")
+            ),
         }
     out["concurrency"] = "asyncio tasks in one process, each worker with its own connections"
+    out["cpu"] = (
+        "this process + the server's processes"
+        if server_seconds() is not None
+        else "this process only (the server's processes are not visible here)"
+    )
     out["goal"] = "ratio >= 0.9"
     return out
+
+
+def _us(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.0f}"

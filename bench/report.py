@@ -71,6 +71,9 @@ def _dispatch(r: Mapping[str, Any]) -> list[str]:
             "**" + _cell(r, f"dispatch.{s}.ratio") + "**",
             _cell(r, f"dispatch.{s}.library_grouped_rows_per_s"),
             _cell(r, f"dispatch.{s}.grouped_ratio"),
+            _cell(r, f"dispatch.{s}.raw_cpu_us_per_row"),
+            _cell(r, f"dispatch.{s}.library_cpu_us_per_row"),
+            _cell(r, f"dispatch.{s}.cpu_ratio"),
         ]
         for s in ("1x10", "4x100")
     ]
@@ -81,13 +84,18 @@ def _dispatch(r: Mapping[str, Any]) -> list[str]:
         "library / raw",
         "library grouped (10 in flight, one mark statement per 10), rows/s",
         "grouped / raw",
+        "CPU per row, raw, us",
+        "CPU per row, library strict, us",
+        "CPU library / raw",
     ]
     return [
         "## Dispatch overhead: the worker vs the same protocol on bare psycopg (no-op send)",
         "",
         (
             f"{_cell(r, 'dispatch.1x10.rows')} rows per drain. Goal: library / raw ≥ 0.9. "
-            f"Workers: {_cell(r, 'dispatch.concurrency')}."
+            f"Workers: {_cell(r, 'dispatch.concurrency')}. CPU per row: "
+            f"{_cell(r, 'dispatch.cpu')}, the overhead the code owns (the rate also moves"
+            " with the machine's disk and neighbours)."
         ),
         "",
         *_table(header, body),

@@ -129,7 +129,8 @@ GROUP BY last_error
 ORDER BY count(*) DESC, last_error
 """
 
-#: Stale marks per lane of this queue table (``outbox stats``): what MARK and MARK_MANY counted.
+#: Stale marks per lane of this queue table (``outbox stats``): what MARK, MARK_MANY and
+#: COUNT_STALE counted.
 STALE_COUNTS = """
 SELECT lane, stale_marks
 FROM outbox_stale_marks

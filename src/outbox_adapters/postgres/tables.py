@@ -318,8 +318,9 @@ outbox_requeue_audit: Final = Table(
     Column("reason", Text, nullable=True, info={ADDED_LATER: True}),
 )
 
-#: Marks the fence refused, per queue table and lane (``outbox stats``). The mark statement bumps
-#: its row in the same statement when it matches nothing (see ``statements.MARK``): stale marks
+#: Marks the fence refused, per queue table and lane (``outbox stats``). ``MARK`` and
+#: ``MARK_MANY`` bump its row in the same statement when they match nothing; a lean mark
+#: (``MARK_SENT``) that matches nothing is counted by ``COUNT_STALE`` right after it. Stale marks
 #: are rare (a lease that ran out under a paused worker), so the counter row is no hot spot.
 outbox_stale_marks: Final = Table(
     "outbox_stale_marks",
