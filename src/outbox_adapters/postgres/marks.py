@@ -58,7 +58,6 @@ def sent_params(mark: Mark) -> dict[str, Any] | None:
         "status": mark.status.value,
         "reason": mark.reason,
         "scrub_keys": text_array(mark.scrub_keys),
-        "now": None,
     }
 
 

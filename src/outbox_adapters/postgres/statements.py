@@ -287,16 +287,17 @@ SELECT id FROM marked
 #: CTE. That is about 10 % less server time per mark than ``MARK`` (docs/benchmarks.md), which is
 #: what the dispatch lane at four workers spends most of its time on. A mark that matches nothing
 #: is counted by ``COUNT_STALE``, a second statement run only then (ADR 0006, "Stale marks").
+#: Its times are the database's ``now()``: the store never injects a time into a mark.
 #: Returns the id when the mark applied, nothing when it was stale.
 MARK_SENT = """
 UPDATE {queue}
 SET status = %(status)s::text,
     last_error = %(reason)s::text,
-    resolved_at = coalesce(%(now)s::timestamptz, now()),
+    resolved_at = now(),
     payload = CASE WHEN jsonb_typeof(payload) = 'object'
                    THEN payload - %(scrub_keys)s::text[]
                    ELSE payload END,
-    scrubbed_at = coalesce(%(now)s::timestamptz, now()),
+    scrubbed_at = now(),
     updated_at = now()
 WHERE id = %(id)s
   AND status = 'pending'
