@@ -24,7 +24,7 @@ from tests.support.postgres import stored as fetch
 
 from outbox_adapters.clock import FakeClock
 from outbox_adapters.lanes.email import email_lane
-from outbox_adapters.postgres import queue_table, schema
+from outbox_adapters.postgres import queue_table, schema, statements
 from outbox_adapters.postgres.store import NO_SUCH_ROW, PostgresStore
 from outbox_adapters.runtime import Worker
 from outbox_core.backoff import SlotSchedule
@@ -227,6 +227,29 @@ async def test_a_late_mark_from_an_expired_claim_is_stale_counted_and_never_appl
     # made it (once), never by the store.
     assert (await store.lane_stats())[LANE].stale_marks == 1
     assert caplog.records == []
+
+
+async def test_a_stale_lean_mark_whose_count_meets_an_outage_is_counted_when_retried(
+    dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+):
+    # A dispatched mark takes the lean statement; when it matches nothing, a second statement
+    # counts it. If that one loses its connection, the store reports an outage (the worker's
+    # marker retries), and the retried mark is stale again and counted then: once.
+    [row_id] = insert(dsn, due=T0)
+    [a] = await store.claim_due(claim(now=T0))
+    [b] = await store.claim_due(claim(now=T0 + LEASE))
+    killed = "SELECT pg_terminate_backend(pg_backend_pid()) WHERE %(id)s::bigint IS NOT NULL"
+    with monkeypatch.context() as patch:
+        patch.setattr(statements, "COUNT_STALE", killed)
+        with pytest.raises(StoreUnavailable):
+            await store.mark_if_pending(Mark.dispatched(a, scrub_keys=SECRETS))
+    assert (await store.lane_stats())[LANE].stale_marks == 0
+
+    assert await store.mark_if_pending(Mark.dispatched(a, scrub_keys=SECRETS)) is MarkResult.STALE
+
+    assert (await store.lane_stats())[LANE].stale_marks == 1
+    stored = fetch(dsn, row_id)
+    assert (stored["status"], stored["claim_token"]) == ("pending", b.token.value)
 
 
 async def test_a_mark_on_a_resolved_row_is_stale_even_with_the_same_token(
