@@ -192,12 +192,14 @@ async def test_a_worker_keeps_its_lane_through_a_batch_longer_than_the_ttl(
     timing = EmailTiming.with_overrides(
         {"suppression": 0.02, "branding": 0.02, "dial": 0.1, "smtp_exchange": 0.1,
          "bounce_report": 0.02, "mark": 0.04},
-        batch_size=12,
+        batch_size=18,
     )  # fmt: skip
     per_row = timing.per_row.total_seconds()
-    ttl = timedelta(seconds=2 * per_row)  # 0.6 s; the batch takes 12 x 0.1 s
+    # 0.9 s, renewed every 0.3 s: just before a renewal 0.6 s are left, a whole row (0.3 s) and
+    # 0.3 s to spare for a renewal that a loaded machine runs late. The batch takes 18 x 0.1 s.
+    ttl = timedelta(seconds=3 * per_row)
     store = MemoryStore()
-    for n in range(12):
+    for n in range(18):
         store.enqueue(NewMessage(LANE, {"n": n}))
     expiries: list[datetime] = []
 
@@ -222,8 +224,8 @@ async def test_a_worker_keeps_its_lane_through_a_batch_longer_than_the_ttl(
     took = time.monotonic() - started
     assert took > 1.5 * ttl.total_seconds(), f"the batch took {took:.2f}s only"
     assert (report.claimed, report.dispatched, report.released, report.leadership_lost) == (
-        12,
-        12,
+        18,
+        18,
         0,
         0,
     ), report
