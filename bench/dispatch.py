@@ -14,8 +14,8 @@ Workers are asyncio tasks in this one process (each with its own connections), f
 order of the three drains rotates from run to run, so none always runs first or last.
 
 Beside the rate, each strict and raw drain's CPU cost per row is measured (:mod:`bench.cpu`: this
-process plus the server's processes): the overhead the library's code owns, which the machine's
-disk and neighbours move far less than the rate.
+process plus the server's processes): a second view of the overhead the library's code owns. On a
+machine whose CPU is shared it spreads about as widely as the rate (docs/benchmarks.md).
 """
 
 from __future__ import annotations

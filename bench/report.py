@@ -94,8 +94,8 @@ def _dispatch(r: Mapping[str, Any]) -> list[str]:
         (
             f"{_cell(r, 'dispatch.1x10.rows')} rows per drain. Goal: library / raw ≥ 0.9. "
             f"Workers: {_cell(r, 'dispatch.concurrency')}. CPU per row: "
-            f"{_cell(r, 'dispatch.cpu')}, the overhead the code owns (the rate also moves"
-            " with the machine's disk and neighbours)."
+            f"{_cell(r, 'dispatch.cpu')}: a second view of the overhead the code owns, as"
+            " noisy as the rate on a machine whose CPU is shared."
         ),
         "",
         *_table(header, body),
