@@ -24,9 +24,10 @@ from outbox_adapters.postgres.webhooks.model import (
     WebhookRefused,
     check_event_type,
     event_body,
+    event_of,
     webhook_message,
 )
-from outbox_adapters.postgres.webhooks.repository import WebhookRepository, event_of
+from outbox_adapters.postgres.webhooks.repository import WebhookRepository
 from outbox_adapters.postgres.webhooks.tables import (
     DELIVERY_LANE,
     WEBHOOK_LANE,

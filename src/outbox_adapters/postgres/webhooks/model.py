@@ -38,6 +38,7 @@ __all__ = [
     "check_event_type",
     "check_event_types",
     "event_body",
+    "event_of",
     "new_msg_id",
     "webhook_message",
 ]
@@ -85,6 +86,18 @@ def webhook_message(
         {"event_type": event_type, "data": dict(data)},
         idempotency_key=idempotency_key,
     )
+
+
+def event_of(row: ClaimedRow) -> tuple[str, JSONObject]:
+    """The event type and data of a webhook outbox row, or :class:`InvalidMessage` saying why the
+    row can't be fanned out (a row written around ``enqueue_webhook``)."""
+    payload = row.payload
+    if not isinstance(payload, Mapping):
+        raise InvalidMessage(f"webhook outbox row {row.id}: the payload is not a JSON object")
+    data = payload.get("data")
+    if not isinstance(data, Mapping):
+        raise InvalidMessage(f"webhook outbox row {row.id}: 'data' is not a JSON object")
+    return check_event_type(payload.get("event_type")), data
 
 
 def new_msg_id() -> str:

@@ -45,29 +45,16 @@ from outbox_adapters.postgres.webhooks.model import (
     FanOut,
     Replay,
     WebhookRefused,
-    check_event_type,
     event_body,
+    event_of,
     new_msg_id,
 )
 from outbox_adapters.postgres.webhooks.tables import DELIVERY_LANE, outbox_webhook
-from outbox_core.errors import InvalidMessage
 from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, usable_trace_context
 from outbox_core.payload import decode_payload
 from outbox_core.signing import WebhookSecret
 
 __all__ = ["WebhookRepository", "event_of"]
-
-
-def event_of(row: ClaimedRow) -> tuple[str, JSONObject]:
-    """The event type and data of a webhook outbox row, or :class:`InvalidMessage` saying why the
-    row can't be fanned out (a row written around ``enqueue_webhook``)."""
-    payload = row.payload
-    if not isinstance(payload, Mapping):
-        raise InvalidMessage(f"webhook outbox row {row.id}: the payload is not a JSON object")
-    data = payload.get("data")
-    if not isinstance(data, Mapping):
-        raise InvalidMessage(f"webhook outbox row {row.id}: 'data' is not a JSON object")
-    return check_event_type(payload.get("event_type")), data
 
 
 def _claimed(records: list[dict[str, Any]], token: ClaimToken) -> tuple[ClaimedRow, ...]:
