@@ -5,14 +5,15 @@
 
 Each run drains ``--events`` events to one endpoint on a local receiver in its own process, as the
 comparison does, with the parts' coroutines wrapped by a timer for the duration of the run (and
-restored afterwards): the fan-out transaction (``WebhookRepository.fan_out``: the outbox row's
-mark, the event, the born delivery, in one transaction), the per-delivery target query
+restored afterwards): the fan-out transaction (``WebhookRepository.fan_out_many``: a claimed
+batch's fenced marks, their events, their born deliveries, in one transaction), the per-delivery target query
 (``delivery_target``), the POST (``HttpxWebhookSender.send``), the delivery's fenced mark
 (``PostgresStore.mark_if_pending``) and the drainer's claims. Printed per run: deliveries/s, this
 process's CPU time per delivery, and each part's calls and mean wall time. Parts run concurrently
 (the first attempts overlap the next fan-outs), so their wall times overlap; the drainer's fan-outs
 run one after another, so their total is the floor of the drain's wall time. ``--drain-in-flight``
-sets the drainer's ``rows_in_flight`` (fan-outs at once; the default lane has 1).
+sets the drainer's ``rows_in_flight``: the rows handed over at once, fanned out in one
+transaction (the default lane hands over its whole batch of 20; 1 is one transaction per row).
 
 Also says whether ``sniffio`` is importable: without it, httpcore 1.0 tries (and fails) to import it
 every time it makes a lock, several times per request, a search of ``sys.path`` each time.
@@ -45,10 +46,11 @@ from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.webhooks import WebhookRepository
 from outbox_adapters.runtime.born import DEFAULT_FIRST_ATTEMPTS
 from outbox_core.signing import WebhookSecret
+from outbox_core.webhook_timing import DEFAULT_FAN_OUT_TIMING
 
 #: (class, coroutine method, label) timed during a run.
 PARTS: Final = (
-    (WebhookRepository, "fan_out", "fan-out transaction"),
+    (WebhookRepository, "fan_out_many", "fan-out transaction"),
     (WebhookRepository, "delivery_target", "target query"),
     (HttpxWebhookSender, "send", "POST"),
     (PostgresStore, "mark_if_pending", "delivery mark"),
@@ -149,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--first-attempts", type=int, default=DEFAULT_FIRST_ATTEMPTS)
-    parser.add_argument("--drain-in-flight", type=int, default=1)
+    parser.add_argument("--drain-in-flight", type=int, default=DEFAULT_FAN_OUT_TIMING.batch_size)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     sniffio = importlib.util.find_spec("sniffio") is not None
     _say(

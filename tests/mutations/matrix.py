@@ -29,6 +29,7 @@ from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.postgres.webhooks import FanOut as _FanOut
 from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository
 from outbox_adapters.postgres.webhooks import event_of as _event_of
+from outbox_adapters.postgres.webhooks import repository as _webhook_repository
 from outbox_adapters.postgres.webhooks import statements as _webhook_statements
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import marking as worker
@@ -37,6 +38,7 @@ from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.smtp import mailer as smtp_mailer
 from outbox_core.lease import BatchClock, exchange_deadline
+from outbox_core.messages import Mark as _Mark
 from outbox_core.outcomes import Outcome
 
 STORE = "tests/integration/test_postgres_store.py"
@@ -391,6 +393,7 @@ MUTANTS += (
 
 
 WEBHOOK_FAN_OUT = "tests/integration/test_webhook_fan_out.py"
+WEBHOOK_FAN_OUT_BATCH = "tests/integration/test_webhook_fan_out_batch.py"
 
 
 def _replace_in(module: Any, name: str, old: str, new: str) -> tuple[object, str, object]:
@@ -407,22 +410,40 @@ def _webhook_replace(name: str, old: str, new: str) -> tuple[object, str, object
 
 
 async def _fan_out_in_two_transactions(
-    self: _WebhookRepository, row: Any, *, birth_lease: Any, birth_token: Any
-) -> _FanOut:
-    """The mutant of WebhookRepository.fan_out: the event commits in a transaction of its own,
-    then the deliveries and the outbox mark in a second one (the dual write ADR 0017 removed)."""
-    event_type, data = _event_of(row)
+    self: _WebhookRepository, rows: Any, *, birth_lease: Any, birth_token: Any
+) -> tuple[_FanOut, ...]:
+    """The mutant of WebhookRepository.fan_out_many: the events commit in a transaction of their
+    own, then the deliveries and the outbox marks in a second one (the dual write ADR 0017
+    removed)."""
+    fenced = [(row, *_event_of(row)) for row in rows]
+    marks = [_Mark.dispatched(row, scrub_keys=frozenset()) for row in rows]
     async with self._pool.connection() as conn:
         async with conn.transaction():
-            event_id, msg_id = await self._insert_event(conn, row, event_type, data)
+            made = await self._insert_events(conn, fenced)
         async with conn.transaction():
-            if not await self._mark_drained(conn, row):
-                return _FanOut(marked=False)
-            _ids, deliveries = await self._born_deliveries(
-                conn, event_id=event_id, event_type=event_type, endpoint_id=None,
-                birth_lease=birth_lease, birth_token=birth_token,
+            if not await self._mark_drained(conn, marks):
+                return tuple(_FanOut(marked=False) for _row in rows)
+            _ids, born = await self._born_deliveries(
+                conn, events=[(made[row.id][0], kind, None) for row, kind, _data in fenced],
+                endpoint_id=None, birth_lease=birth_lease, birth_token=birth_token,
             )  # fmt: skip
-    return _FanOut(marked=True, event_id=event_id, msg_id=msg_id, deliveries=deliveries)
+    return tuple(
+        _FanOut(
+            marked=True,
+            event_id=made[row.id][0],
+            msg_id=made[row.id][1],
+            deliveries=born.get(made[row.id][0], ()),
+        )
+        for row in rows
+    )
+
+
+def _fenced_as_a_batch(rows: Any, events: Any, drained: frozenset[int]) -> list[Any]:
+    """The mutant of the per-row fence inside a batched fan-out: once any row's mark applied,
+    every row of the batch gets its event, a stale one too."""
+    if not drained:
+        return []
+    return [(row, kind, data) for row, (kind, data) in zip(rows, events, strict=True)]
 
 
 MUTANTS += (
@@ -445,7 +466,14 @@ MUTANTS += (
         "atomic fan-out",
         "split it into two transactions (the event commits first)",
         f"{WEBHOOK_FAN_OUT}::test_a_failure_between_the_fan_out_statements_leaves_nothing_and_a_re_drain_makes_one_event",
-        (_WebhookRepository, "fan_out", _fan_out_in_two_transactions),
+        (_WebhookRepository, "fan_out_many", _fan_out_in_two_transactions),
+    ),
+    Mutant(
+        "webhook-fan-out-batch-no-row-fence",
+        "per-row fence inside a batched fan-out",
+        "fan every row of the batch out once any row's fenced mark applied",
+        f"{WEBHOOK_FAN_OUT_BATCH}::test_a_stale_row_in_a_batch_is_dropped_and_the_others_fan_out_in_the_same_transaction",
+        (_webhook_repository, "_fenced", _fenced_as_a_batch),
     ),
     Mutant(
         "webhook-delivery-mark-no-token-fence",

@@ -144,14 +144,16 @@ class FaultyRepository(_Port):
         super().__init__(world, node)
         self.webhooks = world
 
-    async def fan_out(
-        self, row: ClaimedRow, *, birth_lease: timedelta, birth_token: ClaimToken
-    ) -> FanOut:
-        async def run() -> FanOut:
+    async def fan_out_many(
+        self, rows: Sequence[ClaimedRow], *, birth_lease: timedelta, birth_token: ClaimToken
+    ) -> tuple[FanOut, ...]:
+        async def run() -> tuple[FanOut, ...]:
             self.node.tokens.add(birth_token.value)
-            return self.webhooks.fan_out(row, lease=birth_lease, token=birth_token)
+            return tuple(
+                self.webhooks.fan_out(row, lease=birth_lease, token=birth_token) for row in rows
+            )
 
-        return await self._call("fan_out", run, rows=[row.id], write=True)
+        return await self._call("fan_out", run, rows=[row.id for row in rows], write=True)
 
     async def delivery_target(self, delivery_id: int) -> DeliveryTarget | None:
         async def run() -> DeliveryTarget | None:
@@ -325,17 +327,17 @@ class WebhookWorld(World):
             deliveries, attempt(born=True), self.config, lease=self.webhook_timing.birth_lease,
             clock=node.clock, jitter=self.rng.random, in_flight=self.first_attempts,
         )  # fmt: skip
+        fan_out = FanOutHandler(repository, first, clock=node.clock, entropy=self.rng.randbytes)
         drainer = self.worker(
-            node, FaultyStore(self, node, self.outbox),
-            FanOutHandler(repository, first, clock=node.clock, entropy=self.rng.randbytes),
-            self.drain_config, wakeup=self.outbox.wakeup(WEBHOOK_LANE), leader=leader,
+            node, FaultyStore(self, node, self.outbox), fan_out, self.drain_config,
+            wakeup=self.outbox.wakeup(WEBHOOK_LANE), leader=leader,
         )  # fmt: skip
         node.worker = self.worker(
             node, deliveries, attempt(born=False), self.config,
             wakeup=self.store.wakeup(DELIVERY_LANE), leader=leader,
         )  # fmt: skip
         node.stoppers += [drainer.request_stop, first.request_stop]
-        self.run_node(node, _process(drainer, node.worker, first))
+        self.run_node(node, _process(drainer, node.worker, fan_out, first))
 
     async def _produce(self) -> None:
         arrivals = sorted(self.rng.uniform(0, 60) for _ in range(self.events))
@@ -377,12 +379,16 @@ class WebhookWorld(World):
                 self.violation(f"outbox row {row.id} is pending, due only at {row.next_attempt_at}")
 
 
-async def _process(drainer: Worker, retries: Worker, first: BornRows) -> None:
+async def _process(
+    drainer: Worker, retries: Worker, fan_out: FanOutHandler, first: BornRows
+) -> None:
     """``WebhookWorkers.run``: the drainer and the retry worker until stopped or cancelled, then
-    every first attempt started finishes and is recorded."""
+    a fan-out round still committing ends and every first attempt started finishes and is
+    recorded."""
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(drainer.run())
             group.create_task(retries.run())
     finally:
+        await fan_out.wait()
         await first.wait()

@@ -131,9 +131,11 @@ class WebhookWorkers:
             in_flight=first_attempts,
         )
         lease = PostgresLeaderLease(pool) if leader else None
+        #: The drainer's handler: a claimed batch's fan-outs in one transaction.
+        self.fan_out = FanOutHandler(self.repository, self.first_attempts, clock=self.clock)
         self.drainer = Worker(
             outbox,
-            FanOutHandler(self.repository, self.first_attempts, clock=self.clock),
+            self.fan_out,
             drain_config,
             clock=self.clock,
             leader=lease,
@@ -164,7 +166,7 @@ class WebhookWorkers:
         try:
             if drain:
                 await self.drainer.run(drain=True)
-                await self.first_attempts.wait()
+                await self._first_attempts_recorded()
                 await self.retries.run(drain=True)
             else:
                 try:
@@ -173,7 +175,7 @@ class WebhookWorkers:
                         group.create_task(self.retries.run())
                         group.create_task(self._health_sweeps())
                 finally:
-                    await self.first_attempts.wait()
+                    await self._first_attempts_recorded()
         finally:
             # The stores keep a pooled connection between statements: give them back (the pool
             # is the caller's).
@@ -185,6 +187,12 @@ class WebhookWorkers:
             retries=self.retries.stats,
             endpoints_disabled=self._disabled,
         )
+
+    async def _first_attempts_recorded(self) -> None:
+        """Wait for a fan-out still committing (its first attempts start when it does), then for
+        every first attempt to be recorded."""
+        await self.fan_out.wait()
+        await self.first_attempts.wait()
 
     async def sweep_health(self) -> list[Endpoint]:
         """Disable the endpoints failing with no success for the health window (B6), each with

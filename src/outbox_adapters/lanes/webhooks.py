@@ -3,10 +3,11 @@
 Two lanes of the one runtime carry a webhook (ADR 0018):
 
 - the **drainer** (lane ``webhooks``) claims rows of the webhook outbox the host wrote in its own
-  transaction; :class:`FanOutHandler` turns one into the event, a born-leased delivery per
-  matching enabled endpoint and the row's own dispatched mark, in ONE transaction (the
-  repository's ``fan_out``), then starts the deliveries' first attempts in this process
-  (:class:`~outbox_adapters.runtime.born.BornRows`). It reports
+  transaction; :class:`~outbox_adapters.lanes.fan_out.FanOutHandler` turns the rows the runtime
+  hands it together into their events, a born-leased delivery per matching enabled endpoint and
+  each row's own fenced dispatched mark, in ONE transaction for the batch (the repository's
+  ``fan_out_many``), then starts the deliveries' first attempts in this process
+  (:class:`~outbox_adapters.runtime.born.BornRows`). Each row's call reports
   :meth:`~outbox_core.outcomes.Outcome.recorded_by_handler`: the runtime writes no second mark.
 - the **deliveries** (lane ``webhook_deliveries``): :class:`DeliveryHandler` makes one signed POST
   of one delivery, whether it is a first attempt or a retry the retry worker claimed. The core
@@ -20,17 +21,16 @@ their tables, with these handlers and :func:`drain_lane` / :func:`delivery_lane`
 from __future__ import annotations
 
 import re
-import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
+from outbox_adapters.lanes.fan_out import FanOutHandler, FanOutStore
 from outbox_adapters.postgres.webhooks import DELIVERY_LANE, WEBHOOK_LANE
 from outbox_adapters.runtime import LaneConfig
-from outbox_adapters.runtime.born import BornRows
 from outbox_core.backoff import WEBHOOK_BACKOFF, ExponentialBackoff
 from outbox_core.errors import StaleDeliveryMark
-from outbox_core.messages import ClaimedRow, ClaimToken
+from outbox_core.messages import ClaimedRow
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import Clock, WebhookSender
 from outbox_core.scrub import ScrubRules
@@ -43,6 +43,7 @@ __all__ = [
     "WEBHOOK_LANE",
     "DeliveryHandler",
     "FanOutHandler",
+    "FanOutStore",
     "delivery_lane",
     "drain_lane",
     "redact_snippet",
@@ -61,12 +62,19 @@ _REDACTED: Final = "[redacted]"
 
 def drain_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's own keywords
     """The drainer's :class:`LaneConfig`: lane ``webhooks``, :class:`FanOutTiming` (10 s a row,
-    batch 20) and a short backoff for a fan-out the database refused; ``settings`` override."""
+    batch 20), a short backoff for a fan-out the database refused, and the whole claimed batch
+    handed to the handler at once (``rows_in_flight`` = the batch size, grouped marks), so
+    :class:`FanOutHandler` fans it out in one transaction; ``settings`` override
+    (``rows_in_flight=1``: one transaction per row)."""
+    timing = settings.get("timing", DEFAULT_FAN_OUT_TIMING)
+    in_flight = settings.get("rows_in_flight", getattr(timing, "batch_size", 1))
     stated: dict[str, Any] = {
         "lane": WEBHOOK_LANE,
-        "timing": DEFAULT_FAN_OUT_TIMING,
+        "timing": timing,
         "backoff": FAN_OUT_BACKOFF,
         "scrub": NO_SCRUB,
+        "rows_in_flight": in_flight,
+        "group_marks": isinstance(in_flight, int) and in_flight > 1,
     }
     return LaneConfig(**{**stated, **settings})
 
@@ -89,14 +97,6 @@ def delivery_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's
 # --- what the handlers need of the repository (outbox_adapters.postgres.webhooks) ---------------
 
 
-class _FanOut(Protocol):
-    @property
-    def marked(self) -> bool: ...
-
-    @property
-    def deliveries(self) -> Sequence[ClaimedRow]: ...
-
-
 class _Target(Protocol):
     @property
     def url(self) -> str: ...
@@ -114,49 +114,8 @@ class _Target(Protocol):
     def body(self) -> bytes: ...
 
 
-class FanOutStore(Protocol):
-    async def fan_out(
-        self, row: ClaimedRow, *, birth_lease: timedelta, birth_token: ClaimToken
-    ) -> _FanOut: ...
-
-
 class TargetStore(Protocol):
     async def delivery_target(self, delivery_id: int) -> _Target | None: ...
-
-
-# --- the drainer ----------------------------------------------------------------------------------
-
-
-class FanOutHandler:
-    """Drains one webhook-outbox row: the atomic fan-out, then the deliveries' first attempts."""
-
-    def __init__(
-        self,
-        repository: FanOutStore,
-        first_attempts: BornRows,
-        *,
-        clock: Clock,
-        entropy: Callable[[int], bytes] = secrets.token_bytes,
-    ) -> None:
-        self._repository = repository
-        self._first_attempts = first_attempts
-        self._clock = clock
-        self._entropy = entropy
-
-    async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
-        # The runtime bounds this call by the row's budget; a fan-out cut off rolls back whole.
-        del budget
-        born_at = self._clock.monotonic()  # before the transaction: its now() is no earlier
-        token = ClaimToken.from_entropy(self._entropy(16))
-        fan_out = await self._repository.fan_out(
-            row, birth_lease=self._first_attempts.lease, birth_token=token
-        )
-        if not fan_out.marked:
-            # The row's fence refused the mark inside the fan-out: another claim owns the row
-            # now (our lease ran out), and nothing was written. The runtime's mark will be stale.
-            return Outcome.transient("the row was claimed again by another worker; fan-out undone")
-        self._first_attempts.start(fan_out.deliveries, born_at=born_at)
-        return Outcome.recorded_by_handler()
 
 
 # --- one delivery attempt -------------------------------------------------------------------------

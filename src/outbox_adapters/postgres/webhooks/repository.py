@@ -28,7 +28,7 @@ Endpoints, secrets, health and the report are in :mod:`.endpoints`. Every method
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,7 +37,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from outbox_adapters.postgres import statements as queue_statements
 from outbox_adapters.postgres.errors import mapped_outages
-from outbox_adapters.postgres.marks import mark_params
+from outbox_adapters.postgres.marks import mark_many_params
 from outbox_adapters.postgres.webhooks import statements
 from outbox_adapters.postgres.webhooks.endpoints import EndpointOps, _all, _one
 from outbox_adapters.postgres.webhooks.model import (
@@ -50,7 +50,15 @@ from outbox_adapters.postgres.webhooks.model import (
     new_msg_id,
 )
 from outbox_adapters.postgres.webhooks.tables import DELIVERY_LANE, outbox_webhook
-from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, usable_trace_context
+from outbox_adapters.store_rules import check_distinct_rows, coerce_row_id
+from outbox_core.messages import (
+    ClaimedRow,
+    ClaimToken,
+    JSONObject,
+    Mark,
+    RowId,
+    usable_trace_context,
+)
 from outbox_core.payload import decode_payload
 from outbox_core.signing import WebhookSecret
 
@@ -82,78 +90,119 @@ class WebhookRepository(EndpointOps):
 
     # --- fan-out ---------------------------------------------------------------------------------
 
-    @mapped_outages
     async def fan_out(
         self, row: ClaimedRow, *, birth_lease: timedelta, birth_token: ClaimToken
     ) -> FanOut:
-        """Fan one claimed webhook outbox row out, in ONE transaction (see the module docstring).
-        Raises :class:`InvalidMessage` (nothing written) for a row whose payload isn't an event."""
-        event_type, data = event_of(row)
+        """Fan one claimed webhook outbox row out: :meth:`fan_out_many` of one row."""
+        (fanned,) = await self.fan_out_many([row], birth_lease=birth_lease, birth_token=birth_token)
+        return fanned
+
+    @mapped_outages
+    async def fan_out_many(
+        self, rows: Sequence[ClaimedRow], *, birth_lease: timedelta, birth_token: ClaimToken
+    ) -> tuple[FanOut, ...]:
+        """Fan several claimed webhook outbox rows out in ONE transaction; one :class:`FanOut`
+        per row, in the order of ``rows`` (see the module docstring).
+
+        Each row is fenced on its own, by its own claim token: a row whose fence refuses gets
+        ``FanOut(marked=False)`` and nothing of its own is written (its stale mark is counted);
+        the others fan out as if it were not there. Four statements whatever the batch's size:
+        the grouped fenced mark (the generic ``MARK_MANY``), the events, the deliveries, and the
+        commit. Raises :class:`InvalidMessage` (nothing written) if a row's payload isn't an
+        event."""
+        events = [event_of(row) for row in rows]
+        marks = [Mark.dispatched(row, scrub_keys=frozenset()) for row in rows]
+        check_distinct_rows(marks)
         async with self._pool.connection() as conn, conn.transaction():
-            if not await self._mark_drained(conn, row):
-                return FanOut(marked=False)
-            event_id, msg_id = await self._insert_event(conn, row, event_type, data)
-            _ids, deliveries = await self._born_deliveries(
+            drained = await self._mark_drained(conn, marks)
+            fenced = _fenced(rows, events, drained)
+            if not fenced:
+                return tuple(FanOut(marked=False) for _row in rows)
+            made = await self._insert_events(conn, fenced)
+            _ids, born = await self._born_deliveries(
                 conn,
-                event_id=event_id,
-                event_type=event_type,
+                events=[(made[row.id][0], kind, row.trace_context) for row, kind, _ in fenced],
                 endpoint_id=None,
                 birth_lease=birth_lease,
                 birth_token=birth_token,
-                trace_context=row.trace_context,
             )
-        return FanOut(marked=True, event_id=event_id, msg_id=msg_id, deliveries=deliveries)
+        return tuple(
+            FanOut(
+                marked=True,
+                event_id=made[row.id][0],
+                msg_id=made[row.id][1],
+                deliveries=born.get(made[row.id][0], ()),
+            )
+            if row.id in made
+            else FanOut(marked=False)
+            for row in rows
+        )
 
-    async def _mark_drained(self, conn: AsyncConnection[Any], row: ClaimedRow) -> bool:
-        """The outbox row's dispatched mark: the generic fenced ``MARK``, in the caller's
-        transaction. False: the fence refused (counted as a stale mark)."""
-        mark = Mark.dispatched(row, scrub_keys=frozenset())
-        sql = queue_statements.render(queue_statements.MARK, outbox_webhook)
-        cur = await conn.execute(sql, mark_params(mark))
-        return bool(await cur.fetchall())
+    async def _mark_drained(
+        self, conn: AsyncConnection[Any], marks: Sequence[Mark]
+    ) -> frozenset[int]:
+        """The outbox rows' dispatched marks: the generic grouped fenced ``MARK_MANY`` (each row
+        fenced by its own token; the refused ones counted as stale marks), in the caller's
+        transaction. Returns the ids of the rows whose mark applied."""
+        sql = queue_statements.render(queue_statements.MARK_MANY, outbox_webhook)
+        cur = await conn.execute(sql, mark_many_params(marks))
+        return frozenset(r[0] for r in await cur.fetchall())
 
-    async def _insert_event(
-        self, conn: AsyncConnection[Any], row: ClaimedRow, event_type: str, data: JSONObject
-    ) -> tuple[int, str]:
-        msg_id = new_msg_id()
+    async def _insert_events(
+        self, conn: AsyncConnection[Any], fenced: Sequence[_Fenced]
+    ) -> dict[RowId, tuple[int, str]]:
+        """One event per fenced row, each with a fresh ``msg_id``: outbox row id -> (event id,
+        msg_id)."""
+        msg_ids = {row.id: new_msg_id() for row, _type, _data in fenced}
         params = {
-            "msg_id": msg_id,
-            "event_type": event_type,
-            "data": json.dumps(dict(data), ensure_ascii=False, separators=(",", ":")),
-            "source_outbox_id": row.id,
+            "msg_ids": list(msg_ids.values()),
+            "event_types": [event_type for _row, event_type, _data in fenced],
+            "datas": [
+                json.dumps(dict(data), ensure_ascii=False, separators=(",", ":"))
+                for _row, _type, data in fenced
+            ],
+            "source_outbox_ids": [coerce_row_id(row.id) for row, _type, _data in fenced],
         }
-        record = await _one(conn, statements.INSERT_EVENT, params)
-        assert record is not None  # noqa: S101 - INSERT ... RETURNING returns its row
-        return int(record["id"]), msg_id
+        records = await _all(conn, statements.INSERT_EVENTS, params)
+        by_source = {coerce_row_id(row.id): row.id for row, _type, _data in fenced}
+        made: dict[RowId, tuple[int, str]] = {}
+        for record in records:
+            row_id = by_source[record["source_outbox_id"]]
+            made[row_id] = (int(record["id"]), msg_ids[row_id])
+        return made
 
-    async def _born_deliveries(  # noqa: PLR0913 - one per column the statement writes
+    async def _born_deliveries(
         self,
         conn: AsyncConnection[Any],
         *,
-        event_id: int,
-        event_type: str,
+        events: Sequence[tuple[int, str, str | None]],
         endpoint_id: int | None,
         birth_lease: timedelta,
         birth_token: ClaimToken | None,
-        trace_context: str | None = None,
-    ) -> tuple[tuple[int, ...], tuple[ClaimedRow, ...]]:
-        """The deliveries' ids, and those born leased to this process (none without a token)."""
+    ) -> tuple[tuple[int, ...], dict[int, tuple[ClaimedRow, ...]]]:
+        """The deliveries of ``events`` (event id, event type, trace context): their ids, and
+        those born leased to this process by event id (none without a token)."""
         records = await _all(
             conn,
             statements.BORN_DELIVERIES,
             {
                 "lane": DELIVERY_LANE,
-                "event_id": event_id,
-                "event_type": event_type,
+                "event_ids": [event_id for event_id, _type, _trace in events],
+                "event_types": [event_type for _id, event_type, _trace in events],
+                "trace_contexts": [trace for _id, _type, trace in events],
                 "endpoint_id": endpoint_id,
                 "birth_lease": birth_lease,
                 "token": None if birth_token is None else birth_token.value,
-                "trace_context": trace_context,
             },
         )
         ids = tuple(int(r["id"]) for r in records)
-        # No token: due rows for the retry lane, none of them this process's to attempt.
-        return ids, () if birth_token is None else _claimed(records, birth_token)
+        if birth_token is None:
+            # No token: due rows for the retry lane, none of them this process's to attempt.
+            return ids, {}
+        born: dict[int, list[ClaimedRow]] = {}
+        for record, row in zip(records, _claimed(records, birth_token), strict=True):
+            born.setdefault(int(record["event_id"]), []).append(row)
+        return ids, {event_id: tuple(rows) for event_id, rows in born.items()}
 
     # --- one attempt's target ----------------------------------------------------------------------
 
@@ -220,14 +269,14 @@ class WebhookRepository(EndpointOps):
                 deliveries: tuple[ClaimedRow, ...] = ()
                 ids: tuple[int, ...] = ()
                 if current is not None and current["replay_completed_at"] is None:
-                    ids, deliveries = await self._born_deliveries(
+                    ids, born = await self._born_deliveries(
                         conn,
-                        event_id=clone["id"],
-                        event_type=clone["event_type"],
+                        events=[(clone["id"], clone["event_type"], None)],
                         endpoint_id=endpoint_id,
                         birth_lease=birth_lease,
                         birth_token=birth_token,
                     )
+                    deliveries = born.get(clone["id"], ())
                     await conn.execute(statements.COMPLETE_REPLAY, {"id": clone["id"]})
         return Replay(
             event_id=clone["id"],
@@ -308,3 +357,20 @@ class WebhookRepository(EndpointOps):
 def _receives(endpoint: Mapping[str, Any], event_type: str) -> bool:
     types = endpoint["event_types"]
     return bool(endpoint["enabled"]) and (event_type in types or "*" in types)
+
+
+#: A row whose fenced mark applied, with its event's type and data.
+_Fenced = tuple[ClaimedRow, str, JSONObject]
+
+
+def _fenced(
+    rows: Sequence[ClaimedRow],
+    events: Sequence[tuple[str, JSONObject]],
+    drained: frozenset[int],
+) -> list[_Fenced]:
+    """The per-row fence inside the batch: only the rows whose own mark applied get an event."""
+    return [
+        (row, event_type, data)
+        for row, (event_type, data) in zip(rows, events, strict=True)
+        if coerce_row_id(row.id) in drained
+    ]

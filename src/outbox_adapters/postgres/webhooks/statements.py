@@ -22,7 +22,7 @@ __all__ = [
     "EXPIRE_SECRETS",
     "FAILED_TO_REPLAY",
     "INSERT_ENDPOINT",
-    "INSERT_EVENT",
+    "INSERT_EVENTS",
     "INSERT_SECRET",
     "LOCK_ENDPOINT",
     "MISSED_EVENTS",
@@ -32,15 +32,21 @@ __all__ = [
 
 # --- fan-out and replay ---------------------------------------------------------------------------
 
-#: The event, in the fan-out's transaction (after the outbox row's fenced mark applied).
-INSERT_EVENT = """
+#: The events of a fan-out, one per outbox row whose fenced mark applied, in the fan-out's
+#: transaction (after ``MARK_MANY``); ``source_outbox_id`` is unique, so an outbox row can never
+#: have two events, and an event's id follows its row's order in the batch.
+INSERT_EVENTS = """
 INSERT INTO outbox_webhook_event (msg_id, event_type, data, source_outbox_id)
-VALUES (%(msg_id)s, %(event_type)s, %(data)s::jsonb, %(source_outbox_id)s)
-RETURNING id, created_at
+SELECT v.msg_id, v.event_type, v.data::jsonb, v.source_outbox_id
+FROM unnest(%(msg_ids)s::text[], %(event_types)s::text[], %(datas)s::text[],
+            %(source_outbox_ids)s::bigint[]) WITH ORDINALITY
+     AS v(msg_id, event_type, data, source_outbox_id, position)
+ORDER BY v.position
+RETURNING id, source_outbox_id, created_at
 """
 
-#: Born-leased deliveries: one per enabled endpoint subscribed to the event's type (or only
-#: ``endpoint_id`` when given), already claimed by the in-process first attempt: attempts = 1, the
+#: Born-leased deliveries of one or more events (a fan-out's batch, or one replay's clone): one per
+#: event and enabled endpoint subscribed to the event's type (or only ``endpoint_id`` when given), already claimed by the in-process first attempt: attempts = 1, the
 #: birth token, and a due time of now + the BIRTH lease (never NULL: a NULL due time is what the
 #: legacy branch of the claim takes at once, so the retry worker would race the first attempt;
 #: never now: due at once, the same race). The retry worker's claim can't take the row before the
@@ -53,22 +59,24 @@ INSERT INTO outbox_webhook_delivery
     (lane, payload, attempts, next_attempt_at, claim_token, claimed_at, event_id, endpoint_id,
      trace_context)
 SELECT %(lane)s,
-       jsonb_build_object('event_id', %(event_id)s::bigint, 'endpoint_id', e.id),
+       jsonb_build_object('event_id', v.event_id, 'endpoint_id', e.id),
        CASE WHEN %(token)s::text IS NULL THEN 0 ELSE 1 END,
        now() + %(birth_lease)s::interval,
        %(token)s::text,
        CASE WHEN %(token)s::text IS NULL THEN NULL ELSE now() END,
-       %(event_id)s,
+       v.event_id,
        e.id,
-       %(trace_context)s::text
-FROM outbox_webhook_endpoint AS e
-WHERE e.enabled
-  AND (%(event_type)s::text = ANY(e.event_types) OR '*' = ANY(e.event_types))
-  AND (%(endpoint_id)s::bigint IS NULL OR e.id = %(endpoint_id)s::bigint)
-ORDER BY e.id
+       v.trace_context
+FROM unnest(%(event_ids)s::bigint[], %(event_types)s::text[], %(trace_contexts)s::text[])
+     AS v(event_id, event_type, trace_context)
+JOIN outbox_webhook_endpoint AS e
+  ON e.enabled
+ AND (v.event_type = ANY(e.event_types) OR '*' = ANY(e.event_types))
+ AND (%(endpoint_id)s::bigint IS NULL OR e.id = %(endpoint_id)s::bigint)
+ORDER BY v.event_id, e.id
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 RETURNING id, lane, payload::text AS payload, attempts, next_attempt_at AS lease_expires_at,
-          created_at, trace_context
+          created_at, trace_context, event_id
 """
 
 #: One event by id, locked (a replay reads its source; completing a replay locks the clone).
