@@ -156,12 +156,14 @@ class WebhookTiming:
 
 @attrs.frozen
 class FanOutTiming(OneStepLane):
-    """The webhook drainer's timing: one fan-out transaction per webhook-outbox row.
+    """The webhook drainer's timing: the fan-out of the webhook-outbox rows it claims.
 
-    The drainer's work on a row is one short transaction (the event, its deliveries and the row's
-    own dispatched mark); the deliveries' first attempts run after it, each under the birth lease
-    of :class:`WebhookTiming`, so they are no part of this budget. ``mark`` is kept for the runtime's
-    own mark, written only when the fan-out did not happen (a retry or a failure).
+    The drainer's work on a row is its part of one short transaction (the event, its deliveries and
+    the row's own dispatched mark; the rows of a claimed batch share the transaction, which ends
+    within the earliest of their budgets); the deliveries' first attempts run after it, each under
+    the birth lease of :class:`WebhookTiming`, so they are no part of this budget. ``mark`` is kept
+    for the runtime's own mark, written only when the fan-out did not happen (a retry or a
+    failure).
     """
 
     #: The fan-out transaction: event + deliveries + the row's fenced dispatched mark.
