@@ -8,6 +8,7 @@ a resolver the OS knows nothing about, and through TLS (the certificate checked 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import socket
@@ -22,6 +23,7 @@ from standardwebhooks.webhooks import Webhook
 from tests.support.receivers import CanaryListener, HttpReceiver, Reply
 
 from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
+from outbox_core.errors import ConfigurationError
 from outbox_core.outcomes import OutcomeKind
 from outbox_core.signing import WebhookSecret, webhook_headers
 
@@ -288,3 +290,36 @@ async def test_environment_proxies_are_ignored(monkeypatch):
             outcome = await sender.send(hook.url(), headers={}, body=b"{}", budget=BUDGET)
     assert outcome.kind is OutcomeKind.SENT
     assert proxy.connections == 0
+
+
+async def test_at_most_max_per_origin_requests_are_in_flight_to_one_origin_the_rest_are_not_sent():
+    """A receiver that never answers: with a cap of 3, three requests reach it (each may have been
+    processed); the seven others wait for a slot until their (shorter) deadline and are surely not
+    sent. Another origin is not held up meanwhile."""
+    with (
+        HttpReceiver(then=Reply.hang_after_connect()) as stuck,
+        HttpReceiver() as other,
+    ):
+        async with HttpxWebhookSender(local_guard(), max_per_origin=3) as capped:
+            body = BODY.encode()
+            # The first three take the slots and hold them for 2 s; the others wait 0.5 s at most.
+            budgets = [timedelta(seconds=2)] * 3 + [timedelta(seconds=0.5)] * 7
+            stuck_sends = [
+                capped.send(stuck.url(), headers=signed([new_secret()]), body=body, budget=b)
+                for b in budgets
+            ]
+            other_send = capped.send(
+                other.url(), headers=signed([new_secret()]), body=body, budget=BUDGET
+            )
+            *outcomes, elsewhere = await asyncio.gather(*stuck_sends, other_send)
+        assert stuck.connections == 3
+        assert elsewhere.kind is OutcomeKind.SENT
+        assert len(other.requests) == 1
+    assert {o.kind for o in outcomes} == {OutcomeKind.TRANSIENT}
+    assert [o.maybe_delivered for o in outcomes] == [True] * 3 + [False] * 7
+
+
+def test_max_per_origin_must_be_a_positive_count():
+    for bad in (0, -1, True, 2.5, "8"):
+        with pytest.raises(ConfigurationError, match="max_per_origin must be a positive count"):
+            HttpxWebhookSender(local_guard(), max_per_origin=bad)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ import attrs
 
 from outbox_adapters.feed import routes as _feed_routes
 from outbox_adapters.http import guard as http_guard
+from outbox_adapters.http import sender as _http_sender
 from outbox_adapters.lanes import consumer as _consumer
 from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.lanes import relay as _relay
@@ -376,6 +377,12 @@ async def _unchecked_connect_addresses(
     return tuple(http_guard._address(str(answer)) for answer in answers)
 
 
+def _uncapped_slot(self: Any, url: str) -> asyncio.Semaphore:
+    """The mutant of HttpxWebhookSender._slot: no cap on the requests in flight to an origin."""
+    del self, url
+    return asyncio.Semaphore(1_000_000)
+
+
 MUTANTS += (
     Mutant(
         "guard-bypassed-at-connect",
@@ -383,6 +390,13 @@ MUTANTS += (
         "connect_addresses resolves but checks nothing",
         f"{HOSTILE_URLS}::test_dns_rebinding_between_registration_and_connect_reaches_nothing",
         (http_guard.DestinationGuard, "connect_addresses", _unchecked_connect_addresses),
+    ),
+    Mutant(
+        "sender-no-origin-cap",
+        "send cap per origin (B5: at most max_per_origin requests in flight to one origin)",
+        "every request takes a slot of its own (no cap)",
+        "tests/integration/test_http_sender.py::test_at_most_max_per_origin_requests_are_in_flight_to_one_origin_the_rest_are_not_sent",
+        (_http_sender.HttpxWebhookSender, "_slot", _uncapped_slot),
     ),
 )
 
