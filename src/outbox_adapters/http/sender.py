@@ -118,6 +118,12 @@ def response_snippet(body: bytes, request_headers: Mapping[str, str]) -> str | N
     return text[:SNIPPET_CHARS]
 
 
+def _check_count(name: str, value: object, what: str) -> None:
+    """Refuse a setting that is not a whole number of at least 1, naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be {what}: {value!r}")
+
+
 class HttpxWebhookSender:
     """:class:`outbox_core.ports.WebhookSender` on httpx, through a :class:`DestinationGuard`.
 
@@ -153,26 +159,9 @@ class HttpxWebhookSender:
             raise ConfigurationError(
                 f"HttpxWebhookSender needs a DestinationGuard, got {type(guard).__name__}"
             )
-        if isinstance(response_cap, bool) or not isinstance(response_cap, int) or response_cap < 1:
-            raise ConfigurationError(
-                f"response_cap must be a positive byte count: {response_cap!r}"
-            )
-        if (
-            isinstance(max_connections, bool)
-            or not isinstance(max_connections, int)
-            or max_connections < 1
-        ):
-            raise ConfigurationError(
-                f"max_connections must be a positive count: {max_connections!r}"
-            )
-        if (
-            isinstance(max_per_origin, bool)
-            or not isinstance(max_per_origin, int)
-            or max_per_origin < 1
-        ):
-            raise ConfigurationError(
-                f"max_per_origin must be a positive count of requests: {max_per_origin!r}"
-            )
+        _check_count("response_cap", response_cap, "a positive byte count")
+        _check_count("max_connections", max_connections, "a positive count")
+        _check_count("max_per_origin", max_per_origin, "a positive count of requests")
         self.guard = guard
         self.response_cap = response_cap
         self.max_per_origin = max_per_origin
