@@ -15,22 +15,43 @@ and the same set of rows is found again with SQL.
 Mechanism under test: the scrub in the dispatched/skipped MARK (``payload - scrub_keys`` in the same
 UPDATE, catalogue C6) with the default secret keys. Drop the scrub and ``canary_in_sent_rows``
 becomes the number of sent rows.
+
+Webhook signing secrets (ADR 0030): two canary secrets go through registration, delivery to a real
+local receiver, ``rotate_secret`` and ``outbox keys rotate``, with encryption keys; the receiver
+verifies every request with them, and the same ``pg_dump`` holds no copy of either, as
+``whsec_...``, bare base64 or hex: ``webhook_secrets_in_dump=0``. Mechanism: the seal in
+``add_endpoint`` / ``rotate_secret`` (``store_secret``); store them as text and the figure becomes
+the number of forms found. A probe stored without keys is found, so the search is not vacuous.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import re
+import secrets
 import shutil
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
+from tests.support.cli import outbox
+from tests.support.postgres import empty_outbox
+from tests.support.receivers import HttpReceiver
+from tests.support.webhooks import webhooks
 
+from outbox_adapters.crypto import AesGcmEncryptor
 from outbox_adapters.demo.sink import free_port
+from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
+from outbox_adapters.lanes.webhook_workers import WebhookWorkers
+from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
+from outbox_adapters.postgres.webhooks import WebhookRepository
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_core.ports import RequeueRequest
+from outbox_core.ports import Encryptor, RequeueRequest
+from outbox_core.signing import WebhookSecret, verify
 from outbox_core.tls import SmtpSecurityPolicy
 
 pytestmark = pytest.mark.integration
@@ -237,3 +258,110 @@ async def test_the_canary_check_sees_a_secret_in_a_sent_row(pipeline, log_canary
     assert [(table, row["id"], row["status"]) for table, row in hits] == [
         ("public.outbox_message", str(row_id), "dispatched")
     ]
+
+
+# --- webhook signing secrets (ADR 0030) ------------------------------------------------------------
+
+KEY1, KEY2 = secrets.token_bytes(32), secrets.token_bytes(32)
+ENTRY1 = f"k1:{base64.b64encode(KEY1).decode()}"
+ENTRY2 = f"k2:{base64.b64encode(KEY2).decode()}"
+LOCAL = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
+
+
+def secret_forms(secret: WebhookSecret) -> dict[str, str]:
+    """The spellings a dump (or a log) could hold a signing secret in."""
+    return {
+        "whsec": secret.to_text(),
+        "base64": base64.b64encode(secret.key).decode(),
+        "hex": secret.key.hex(),
+    }
+
+
+def canary_secret(log_canary) -> WebhookSecret:
+    secret = WebhookSecret.generate_from(secrets.token_bytes(32))
+    log_canary.register(*secret_forms(secret).values())
+    return secret
+
+
+async def deliver_all(pool, keys: Encryptor) -> None:
+    async with HttpxWebhookSender(LOCAL) as sender:
+        await WebhookWorkers(
+            pool,
+            sender,
+            drain_config=drain_lane(poll_interval=0.05),
+            delivery_config=delivery_lane(poll_interval=0.05),
+            leader=False,
+            encryptor=keys,
+        ).run(drain=True)
+
+
+def forms_in_dump(dsn: str, secret: WebhookSecret) -> dict[str, int]:
+    return {name: len(dump_lines_with(dsn, form)) for name, form in secret_forms(secret).items()}
+
+
+async def test_webhook_signing_secrets_are_not_in_a_dump_and_still_sign(
+    dsn, log_canary, report_figure
+):
+    empty_outbox(dsn)  # a sealed secret left behind would stop a later keyless webhook worker
+    first, second = canary_secret(log_canary), canary_secret(log_canary)
+    k1 = AesGcmEncryptor({"k1": KEY1}, active="k1")
+    k2 = AesGcmEncryptor({"k2": KEY2}, active="k2")
+    try:
+        async with webhooks(dsn) as wh:
+            with HttpReceiver() as hook:
+                repo = WebhookRepository(wh.pool, encryptor=k1)
+                endpoint = await repo.add_endpoint(
+                    hook.url(), ["invoice.paid"], secret=first.to_text()
+                )
+                await wh.enqueue("invoice.paid", invoice=1)
+                await deliver_all(wh.pool, k1)
+                await repo.rotate_secret(
+                    endpoint.id, new_secret=second.to_text(), overlap=timedelta(hours=1)
+                )
+                await wh.enqueue("invoice.paid", invoice=2)
+                await deliver_all(wh.pool, k1)
+                rotated = await asyncio.to_thread(
+                    outbox,
+                    "keys", "rotate", "--database-url", dsn,
+                    env={"OUTBOX_ENCRYPTION_KEYS": f"{ENTRY2},{ENTRY1}"},
+                )  # fmt: skip
+                assert rotated.exit_code == 0, rotated.output
+                assert "webhook secrets: re-sealed 2, sealed 0 from plaintext" in rotated.stdout
+                await wh.enqueue("invoice.paid", invoice=3)
+                await deliver_all(wh.pool, k2)  # k1 dropped
+                requests = list(hook.requests)
+            kids = await wh.rows(
+                "SELECT secret::jsonb->>'kid' FROM outbox_webhook_secret ORDER BY id"
+            )
+
+            # The receiver verifies with the canaries: the first, then both during the overlap.
+            assert len(requests) == 3
+            now = int(time.time())
+            verify(requests[0].headers, requests[0].body, [first], now=now)
+            for request in requests[1:]:
+                verify(request.headers, request.body, [first], now=now)
+                verify(request.headers, request.body, [second], now=now)
+            assert kids == [("k2",), ("k2",)]
+
+            found = {
+                f"{which} {form}": hits
+                for which, secret in (("first", first), ("second", second))
+                for form, hits in forms_in_dump(dsn, secret).items()
+            }
+            in_dump = sum(found.values())
+            sealed_rows = len(dump_lines_with(dsn, '"$sealed"'))
+            report_figure(
+                f"P1 webhook_secrets_in_dump={in_dump} (forms whsec/base64/hex of 2 canary"
+                f" secrets) sealed_secret_rows={sealed_rows} deliveries_verified={len(requests)}"
+                f" rotations=rotate_secret+keys_rotate active_key={kids[0][0]}"
+            )
+            assert in_dump == 0, found
+            assert sealed_rows == 2
+
+            # Not vacuous: a secret stored without keys is found in the dump as stored.
+            probe = canary_secret(log_canary)
+            await wh.repo.add_endpoint(hook.url("/p"), ["invoice.paid"], secret=probe.to_text())
+            assert forms_in_dump(dsn, probe) == {"whsec": 1, "base64": 1, "hex": 0}
+    finally:
+        empty_outbox(dsn)
+    assert log_canary.leaks_since(0) == []

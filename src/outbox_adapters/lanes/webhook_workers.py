@@ -169,8 +169,8 @@ class WebhookWorkers:
 
         Raises :class:`ConfigurationError` before claiming anything when a live signing secret is
         sealed under a key id the encryptor lacks (:meth:`check_secrets`)."""
-        await self.check_secrets()
         try:
+            await self.check_secrets()
             if drain:
                 await self.drainer.run(drain=True)
                 await self.first_attempts.wait()
