@@ -21,10 +21,10 @@ import pytest
 from tests.support.cli import one_line_error, outbox
 from tests.support.postgres import empty_outbox
 from tests.support.receivers import HttpReceiver
-from tests.support.webhooks import Webhooks, new_secret
+from tests.support.webhooks import GUARD, QUICK, TIMING, Webhooks, new_secret
 
 from outbox_adapters.crypto import AesGcmEncryptor
-from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
+from outbox_adapters.http import HttpxWebhookSender
 from outbox_adapters.lanes.webhook_workers import WebhookWorkers
 from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
 from outbox_adapters.postgres.webhooks import WebhookRepository, seal_stored_secrets
@@ -33,11 +33,9 @@ from outbox_adapters.postgres.webhooks.secrets import (
     read_stored_secrets,
     write_sealing,
 )
-from outbox_core.backoff import SlotSchedule
 from outbox_core.errors import ConfigurationError
 from outbox_core.ports import Encryptor
 from outbox_core.signing import WebhookSecret, verify
-from outbox_core.webhook_timing import WebhookTiming
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("secrets_table_emptied")]
 
@@ -47,14 +45,6 @@ ENTRY2 = f"k2:{base64.b64encode(KEY2).decode()}"
 K1 = AesGcmEncryptor({"k1": KEY1}, active="k1")
 K2 = AesGcmEncryptor({"k2": KEY2}, active="k2")
 K2_K1 = AesGcmEncryptor({"k2": KEY2, "k1": KEY1}, active="k2")
-GUARD = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
-TIMING = WebhookTiming(
-    http_attempt=timedelta(seconds=1),
-    mark=timedelta(seconds=1),
-    birth_lease=timedelta(seconds=4),
-    lease_grace=timedelta(seconds=2),
-)
-QUICK = SlotSchedule((timedelta(seconds=0.2),) * 3, jitter_ratio=0.0)
 LOCAL = {"OUTBOX_ALLOW_DESTINATION": "127.0.0.0/8", "OUTBOX_ALLOW_HTTP": "1"}
 
 

@@ -41,11 +41,11 @@ import pytest
 from tests.support.cli import outbox
 from tests.support.postgres import empty_outbox
 from tests.support.receivers import HttpReceiver
-from tests.support.webhooks import webhooks
+from tests.support.webhooks import GUARD, webhooks
 
 from outbox_adapters.crypto import AesGcmEncryptor
 from outbox_adapters.demo.sink import free_port
-from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
+from outbox_adapters.http import HttpxWebhookSender
 from outbox_adapters.lanes.webhook_workers import WebhookWorkers
 from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
 from outbox_adapters.postgres.webhooks import WebhookRepository
@@ -265,7 +265,6 @@ async def test_the_canary_check_sees_a_secret_in_a_sent_row(pipeline, log_canary
 KEY1, KEY2 = secrets.token_bytes(32), secrets.token_bytes(32)
 ENTRY1 = f"k1:{base64.b64encode(KEY1).decode()}"
 ENTRY2 = f"k2:{base64.b64encode(KEY2).decode()}"
-LOCAL = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
 
 
 def secret_forms(secret: WebhookSecret) -> dict[str, str]:
@@ -284,7 +283,7 @@ def canary_secret(log_canary) -> WebhookSecret:
 
 
 async def deliver_all(pool, keys: Encryptor) -> None:
-    async with HttpxWebhookSender(LOCAL) as sender:
+    async with HttpxWebhookSender(GUARD) as sender:
         await WebhookWorkers(
             pool,
             sender,
