@@ -16,12 +16,14 @@ Mechanism under test: the scrub in the dispatched/skipped MARK (``payload - scru
 UPDATE, catalogue C6) with the default secret keys. Drop the scrub and ``canary_in_sent_rows``
 becomes the number of sent rows.
 
-Webhook signing secrets (ADR 0030): two canary secrets go through registration, delivery to a real
-local receiver, ``rotate_secret`` and ``outbox keys rotate``, with encryption keys; the receiver
-verifies every request with them, and the same ``pg_dump`` holds no copy of either, as
-``whsec_...``, bare base64 or hex: ``webhook_secrets_in_dump=0``. Mechanism: the seal in
-``add_endpoint`` / ``rotate_secret`` (``store_secret``); store them as text and the figure becomes
-the number of forms found. A probe stored without keys is found, so the search is not vacuous.
+Webhook signing secrets (ADR 0030), in the same test and the same dump: two canary secrets go
+through registration, delivery to a real local receiver, ``rotate_secret`` and ``outbox keys
+rotate``, with encryption keys; the receiver verifies every request with them, and the dump holds
+no copy of either, as ``whsec_...``, bare base64 or hex, neither after ``rotate_secret`` nor at
+the end: the figure line's ``webhook_secrets_in_dump=0``. Mechanism: the seal in ``add_endpoint`` / ``rotate_secret``
+(``store_secret``); store secrets as text and the figure becomes the number of spellings found.
+A probe stored without keys is found (``test_the_dump_check_sees_a_webhook_secret_stored_as_text``),
+so the search is not vacuous.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import attrs
 import psycopg
 import pytest
 from tests.support.cli import outbox
@@ -123,6 +126,17 @@ def dump_lines_with(dsn: str, token: str) -> list[tuple[str, dict[str, str]]]:
 async def test_a_payload_canary_is_found_only_in_pending_or_failed_rows(
     pipeline, store, log_canary, report_figure, wire_check
 ):
+    # A clean database first: ``keys rotate`` below reads every table (and a sealed secret left
+    # behind would stop a later keyless webhook worker from starting); clean again at the end.
+    empty_outbox(pipeline.dsn)
+    try:
+        await _payload_and_webhook_canaries(pipeline, store, log_canary, report_figure, wire_check)
+    finally:
+        empty_outbox(pipeline.dsn)
+
+
+async def _payload_and_webhook_canaries(pipeline, store, log_canary, report_figure, wire_check):
+    hooks = await webhook_round(pipeline.dsn, log_canary)
     canary = log_canary.new("p1canary")
     secrets_ = {
         "password_reset_url": f"https://shop.example/reset?token={canary}",
@@ -210,11 +224,23 @@ async def test_a_payload_canary_is_found_only_in_pending_or_failed_rows(
         for hit in elsewhere
         if hit[0] != "public.outbox_message" or hit[2] not in {"pending", "failed"}
     ]
+    at_end = webhook_forms_in_dump(pipeline.dsn, hooks.secrets)
+    secret_hits = {
+        **{f"{k} (before keys rotate)": v for k, v in hooks.hits_before_keys_rotate.items()},
+        **{f"{k} (at the end)": v for k, v in at_end.items()},
+    }
     report_figure(
         f"P1 canary_rows_pending_or_failed={len(in_pending_or_failed)}"
         f" canary_in_sent_rows={len(elsewhere)}"
+        f" webhook_secrets_in_dump={sum(secret_hits.values())}"
+        f" (2 canary secrets as whsec/base64/hex, 2 dumps: after rotate_secret and at the end;"
+        f" {hooks.verified} deliveries verified with them; sealed under"
+        f" {','.join(sorted(set(hooks.kids)))} after keys rotate)"
     )
     assert elsewhere == [], f"the canary is in sent rows or other tables: {elsewhere}"
+    assert sum(secret_hits.values()) == 0, secret_hits
+    assert "webhook secrets: re-sealed 2, sealed 0 from plaintext" in hooks.keys_rotate_output
+    assert hooks.kids == ("k2", "k2")
     assert {int(row["id"]) for row in in_pending_or_failed} == {
         bounce,
         transient,
@@ -294,73 +320,83 @@ async def deliver_all(pool, keys: Encryptor) -> None:
         ).run(drain=True)
 
 
-def forms_in_dump(dsn: str, secret: WebhookSecret) -> dict[str, int]:
-    return {name: len(dump_lines_with(dsn, form)) for name, form in secret_forms(secret).items()}
+@attrs.frozen
+class WebhookRound:
+    """What the webhook part of P1 did: the canary secrets, the requests the receiver verified,
+    and the key id every stored secret is sealed under afterwards."""
+
+    secrets: tuple[WebhookSecret, ...]
+    verified: int
+    kids: tuple[str, ...]
+    #: Dump hits of the canaries after ``rotate_secret``, before ``keys rotate`` re-sealed them.
+    hits_before_keys_rotate: dict[str, int]
+    keys_rotate_output: str
 
 
-async def test_webhook_signing_secrets_are_not_in_a_dump_and_still_sign(
-    dsn, log_canary, report_figure
-):
-    empty_outbox(dsn)  # a sealed secret left behind would stop a later keyless webhook worker
+async def webhook_round(dsn: str, log_canary) -> WebhookRound:
+    """Two canary signing secrets through registration, delivery to a real local receiver,
+    ``rotate_secret`` and ``outbox keys rotate`` (k1 -> k2, then k1 dropped), with keys. The
+    receiver verifies every request with the canaries: the first, then both during the overlap."""
     first, second = canary_secret(log_canary), canary_secret(log_canary)
     k1 = AesGcmEncryptor({"k1": KEY1}, active="k1")
     k2 = AesGcmEncryptor({"k2": KEY2}, active="k2")
+    async with webhooks(dsn) as wh:
+        with HttpReceiver() as hook:
+            repo = WebhookRepository(wh.pool, encryptor=k1)
+            endpoint = await repo.add_endpoint(hook.url(), ["invoice.paid"], secret=first.to_text())
+            await wh.enqueue("invoice.paid", invoice=1)
+            await deliver_all(wh.pool, k1)
+            await repo.rotate_secret(
+                endpoint.id, new_secret=second.to_text(), overlap=timedelta(hours=1)
+            )
+            await wh.enqueue("invoice.paid", invoice=2)
+            await deliver_all(wh.pool, k1)
+            before = webhook_forms_in_dump(dsn, (first, second))
+            rotated = await asyncio.to_thread(
+                outbox,
+                "keys", "rotate", "--database-url", dsn,
+                env={"OUTBOX_ENCRYPTION_KEYS": f"{ENTRY2},{ENTRY1}"},
+            )  # fmt: skip
+            assert rotated.exit_code == 0, rotated.output
+            await wh.enqueue("invoice.paid", invoice=3)
+            await deliver_all(wh.pool, k2)  # k1 dropped
+            requests = list(hook.requests)
+        kids = await wh.rows(
+            "SELECT CASE WHEN secret LIKE '{%%' THEN secret::jsonb->>'kid' ELSE 'plaintext' END"
+            " FROM outbox_webhook_secret ORDER BY id"
+        )
+    assert len(requests) == 3
+    now = int(time.time())
+    verify(requests[0].headers, requests[0].body, [first], now=now)
+    for request in requests[1:]:
+        verify(request.headers, request.body, [first], now=now)
+        verify(request.headers, request.body, [second], now=now)
+    return WebhookRound(
+        secrets=(first, second),
+        verified=len(requests),
+        kids=tuple(k for (k,) in kids),
+        hits_before_keys_rotate=before,
+        keys_rotate_output=rotated.stdout,
+    )
+
+
+def webhook_forms_in_dump(dsn: str, secrets_: tuple[WebhookSecret, ...]) -> dict[str, int]:
+    """Dump lines holding each canary secret in each spelling (``"0 whsec": 0``, ...)."""
+    return {
+        f"{n} {form}": len(dump_lines_with(dsn, text))
+        for n, secret in enumerate(secrets_)
+        for form, text in secret_forms(secret).items()
+    }
+
+
+async def test_the_dump_check_sees_a_webhook_secret_stored_as_text(dsn, log_canary):
+    """The webhook part of the dump check is not vacuous: a secret stored without keys is found,
+    as stored (``whsec_`` and its base64; hex is not how it is stored)."""
+    empty_outbox(dsn)
+    probe = canary_secret(log_canary)
     try:
         async with webhooks(dsn) as wh:
-            with HttpReceiver() as hook:
-                repo = WebhookRepository(wh.pool, encryptor=k1)
-                endpoint = await repo.add_endpoint(
-                    hook.url(), ["invoice.paid"], secret=first.to_text()
-                )
-                await wh.enqueue("invoice.paid", invoice=1)
-                await deliver_all(wh.pool, k1)
-                await repo.rotate_secret(
-                    endpoint.id, new_secret=second.to_text(), overlap=timedelta(hours=1)
-                )
-                await wh.enqueue("invoice.paid", invoice=2)
-                await deliver_all(wh.pool, k1)
-                rotated = await asyncio.to_thread(
-                    outbox,
-                    "keys", "rotate", "--database-url", dsn,
-                    env={"OUTBOX_ENCRYPTION_KEYS": f"{ENTRY2},{ENTRY1}"},
-                )  # fmt: skip
-                assert rotated.exit_code == 0, rotated.output
-                assert "webhook secrets: re-sealed 2, sealed 0 from plaintext" in rotated.stdout
-                await wh.enqueue("invoice.paid", invoice=3)
-                await deliver_all(wh.pool, k2)  # k1 dropped
-                requests = list(hook.requests)
-            kids = await wh.rows(
-                "SELECT secret::jsonb->>'kid' FROM outbox_webhook_secret ORDER BY id"
-            )
-
-            # The receiver verifies with the canaries: the first, then both during the overlap.
-            assert len(requests) == 3
-            now = int(time.time())
-            verify(requests[0].headers, requests[0].body, [first], now=now)
-            for request in requests[1:]:
-                verify(request.headers, request.body, [first], now=now)
-                verify(request.headers, request.body, [second], now=now)
-            assert kids == [("k2",), ("k2",)]
-
-            found = {
-                f"{which} {form}": hits
-                for which, secret in (("first", first), ("second", second))
-                for form, hits in forms_in_dump(dsn, secret).items()
-            }
-            in_dump = sum(found.values())
-            sealed_rows = len(dump_lines_with(dsn, '"$sealed"'))
-            report_figure(
-                f"P1 webhook_secrets_in_dump={in_dump} (forms whsec/base64/hex of 2 canary"
-                f" secrets) sealed_secret_rows={sealed_rows} deliveries_verified={len(requests)}"
-                f" rotations=rotate_secret+keys_rotate active_key={kids[0][0]}"
-            )
-            assert in_dump == 0, found
-            assert sealed_rows == 2
-
-            # Not vacuous: a secret stored without keys is found in the dump as stored.
-            probe = canary_secret(log_canary)
-            await wh.repo.add_endpoint(hook.url("/p"), ["invoice.paid"], secret=probe.to_text())
-            assert forms_in_dump(dsn, probe) == {"whsec": 1, "base64": 1, "hex": 0}
+            await wh.repo.add_endpoint("https://hooks.example/in", ["x"], secret=probe.to_text())
+        assert webhook_forms_in_dump(dsn, (probe,)) == {"0 whsec": 1, "0 base64": 1, "0 hex": 0}
     finally:
         empty_outbox(dsn)
-    assert log_canary.leaks_since(0) == []

@@ -34,6 +34,7 @@ __all__ = [
     "RESEAL_SECRET",
     "SEAL_COMMAND",
     "SecretCensus",
+    "SecretRewrite",
     "SecretSealing",
     "StoredSecret",
     "plan_sealing",
@@ -141,17 +142,19 @@ async def secret_census(pool: AsyncConnectionPool[Any]) -> SecretCensus:
 
 
 @attrs.frozen
-class _Rewrite:
+class SecretRewrite:
+    """One row a sealing pass rewrites: as it was read, and its new text."""
+
     row: StoredSecret
     new: str = attrs.field(repr=False)
 
 
 def plan_sealing(
     stored: Sequence[StoredSecret], encryptor: Encryptor, *, rotate: bool
-) -> tuple[list[_Rewrite], dict[int, str]]:
+) -> tuple[list[SecretRewrite], dict[int, str]]:
     """The rows to rewrite (sealed from plaintext, or re-sealed with ``rotate``) and those that
     can't be opened."""
-    rewrites: list[_Rewrite] = []
+    rewrites: list[SecretRewrite] = []
     unreadable: dict[int, str] = {}
     for row in stored:
         try:
@@ -162,12 +165,12 @@ def plan_sealing(
             unreadable[row.id] = str(exc)
             continue
         if new is not None:
-            rewrites.append(_Rewrite(row, new))
+            rewrites.append(SecretRewrite(row, new))
     return rewrites, unreadable
 
 
 async def write_sealing(
-    conn: AsyncConnection[Any], rewrites: Sequence[_Rewrite], unreadable: Mapping[int, str]
+    conn: AsyncConnection[Any], rewrites: Sequence[SecretRewrite], unreadable: Mapping[int, str]
 ) -> SecretSealing:
     """Write each rewrite only where the row still holds what was read (in the caller's
     transaction)."""
