@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from outbox_core.errors import ConfigurationError, InvalidPayload, SecretUnavailable
 from outbox_core.sealing import SealedValue, webhook_secret_aad
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from outbox_core.ports import Encryptor
 
 __all__ = [
+    "SECRET_UNAVAILABLE",
     "check_secret_keys",
     "is_sealed_secret",
     "read_secret",
@@ -42,6 +43,11 @@ __all__ = [
     "store_secret",
     "stored_key_id",
 ]
+
+
+#: The error class of a delivery attempt whose secret can't be opened (the reason follows a colon).
+#: Our key configuration's fault, not the receiver's: endpoint health does not count it.
+SECRET_UNAVAILABLE: Final = "signing secret unavailable, nothing sent"  # noqa: S105 - a label
 
 
 def is_sealed_secret(stored: str) -> bool:

@@ -34,8 +34,10 @@ from outbox_adapters.postgres.webhooks.secrets import (
     write_sealing,
 )
 from outbox_core.errors import ConfigurationError
+from outbox_core.messages import Mark
 from outbox_core.ports import Encryptor
 from outbox_core.signing import WebhookSecret, verify
+from outbox_core.webhook_secrets import SECRET_UNAVAILABLE
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("secrets_table_emptied")]
 
@@ -165,6 +167,7 @@ async def test_an_attempt_whose_secret_cannot_be_opened_posts_nothing_and_is_ret
                 "SELECT status, attempts, last_error FROM outbox_webhook_delivery"
             )
             assert (status, attempts) == ("pending", 1)
+            assert error.startswith(f"{SECRET_UNAVAILABLE}: ")  # the class health leaves out
             assert error.startswith(
                 "signing secret unavailable, nothing sent: the signing secret of webhook"
                 " endpoint 1 is sealed under key id 'k2', which is not among the configured key"
@@ -290,6 +293,37 @@ async def test_a_sealing_pass_never_writes_over_a_secret_changed_meanwhile(wh: W
     assert late.resealed == ()
     [(_, text)] = await stored(wh)
     assert kid_of(text) == "k3"
+
+
+async def test_endpoint_health_does_not_count_attempts_our_keys_could_not_sign(
+    wh: Webhooks,
+) -> None:
+    """Mechanism: ``not_theirs`` in UNHEALTHY_ENDPOINTS. Six days of attempts that failed because
+    our keys could not open the secret do not disable the endpoint (nor tell its owner); the same
+    days of receiver errors do."""
+    ours = await wh.endpoint("invoice.paid", owner_email="a@example.org")
+    theirs = await wh.endpoint("invoice.paid", owner_email="b@example.org")
+    reasons = {
+        ours: f"{SECRET_UNAVAILABLE}: the signing secret of webhook endpoint {ours} is sealed"
+        " under key id 'k9', which is not among the configured key ids ['k1']",
+        theirs: "receiver error",
+    }
+
+    async def fail_both() -> None:
+        fan = await wh.drained()
+        for delivery in fan.deliveries:
+            payload = delivery.payload
+            assert isinstance(payload, dict)
+            reason = reasons[int(payload["endpoint_id"])]
+            await wh.deliveries.mark_if_pending(Mark.failed(delivery, reason))
+
+    await fail_both()
+    await wh.rows(
+        "UPDATE outbox_webhook_delivery SET created_at = created_at - interval '6 days' RETURNING id"
+    )
+    await fail_both()
+    disabled = await wh.repo.disable_unhealthy(window=timedelta(days=5), notice=lambda _e: None)
+    assert [e.id for e in disabled] == [theirs]
 
 
 def test_the_cli_seals_on_add_and_a_webhook_worker_without_the_key_refuses_to_start(

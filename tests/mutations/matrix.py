@@ -649,6 +649,15 @@ MUTANTS += (
         f"{WEBHOOK_SECRETS}::test_a_sealing_pass_never_writes_over_a_secret_changed_meanwhile",
         _replace_in(_webhook_secrets, "RESEAL_SECRET", " AND secret = %(old)s", ""),
     ),
+    Mutant(
+        "webhook-health-counts-our-key-failures",
+        "endpoint health leaves out attempts our keys could not sign (UNHEALTHY_ENDPOINTS)",
+        "drop AND d.last_error NOT LIKE %(not_theirs)s: a key mistake disables the endpoint",
+        f"{WEBHOOK_SECRETS}::test_endpoint_health_does_not_count_attempts_our_keys_could_not_sign",
+        _webhook_replace(
+            "UNHEALTHY_ENDPOINTS", "AND d.last_error NOT LIKE %(not_theirs)s", "AND true"
+        ),
+    ),
 )
 
 BY_NAME: dict[str, Mutant] = {mutant.name: mutant for mutant in MUTANTS}

@@ -177,6 +177,7 @@ class DeliveryHandler:
         except SecretUnavailable as exc:
             # A key-configuration mistake, not the receiver's: post nothing (never unsigned) and
             # retry on the schedule, so fixing the key list loses no delivery (ADR 0030).
+            # The class is SECRET_UNAVAILABLE's, written out for the runbook's scan of reasons.
             return Outcome.transient(f"signing secret unavailable, nothing sent: {exc}")
         if target is None:
             return Outcome.permanent("the delivery's event or endpoint no longer exists")

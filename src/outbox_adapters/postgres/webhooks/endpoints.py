@@ -32,7 +32,7 @@ from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.messages import NewMessage
 from outbox_core.ports import Encryptor
 from outbox_core.signing import WebhookSecret
-from outbox_core.webhook_secrets import store_secret
+from outbox_core.webhook_secrets import SECRET_UNAVAILABLE, store_secret
 
 __all__ = ["DEFAULT_HEALTH_WINDOW", "DEFAULT_SECRET_OVERLAP", "EndpointOps", "check_endpoint_url"]
 
@@ -241,7 +241,12 @@ class EndpointOps:
             candidates = await _all(
                 conn,
                 statements.UNHEALTHY_ENDPOINTS,
-                {"lane": DELIVERY_LANE, "window": window, "now": now},
+                {
+                    "lane": DELIVERY_LANE,
+                    "window": window,
+                    "now": now,
+                    "not_theirs": f"{SECRET_UNAVAILABLE}%",
+                },
             )
             for candidate in candidates:
                 record = await _one(
