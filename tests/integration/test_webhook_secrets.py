@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from tests.support.cli import one_line_error, outbox
 from tests.support.postgres import empty_outbox
@@ -360,6 +361,16 @@ def test_the_cli_seals_on_add_and_a_webhook_worker_without_the_key_refuses_to_st
         assert "webhook secrets: sealed under key id 'k1'" in ran.stdout
         [request] = hook.requests
         verifies(request, secret)
+        rotated = outbox(
+            "endpoints", "rotate-secret", "1", "--database-url", dsn, "--json", env=keys
+        )
+        assert rotated.exit_code == 0, rotated.output
+        newer = json.loads(rotated.stdout)["secret"]
+    with psycopg.connect(dsn) as conn:
+        texts = [t for (t,) in conn.execute("SELECT secret FROM outbox_webhook_secret ORDER BY id")]
+    assert [kid_of(t) for t in texts] == ["k1", "k1"]
+    no_copy_of(secret, texts)
+    no_copy_of(newer, texts)
 
 
 @pytest.mark.parametrize(
