@@ -13,6 +13,7 @@ against plain Python conventions still catches them::
     │   └── UnsafeHeader                   a header value that could inject a header or a line
     ├── IllegalTransition                 a move the delivery state machine does not allow
     ├── RequeueRefused                    a requeue that would resend a sent message or lose data
+    ├── SecretUnavailable                 a stored webhook secret the configured keys can't open
     ├── StaleMark                         a mark whose claim was superseded (the fence said no)
     ├── StoreUnavailable                  the store could not be reached (an outage, not a bug)
     └── WebhookVerificationError          a webhook whose signature, timestamp or headers don't verify
@@ -31,6 +32,7 @@ __all__ = [
     "InvalidRecipient",
     "OutboxError",
     "RequeueRefused",
+    "SecretUnavailable",
     "StaleDeliveryMark",
     "StaleMark",
     "StoreUnavailable",
@@ -82,6 +84,16 @@ class IllegalTransition(OutboxError):
 
 class RequeueRefused(OutboxError):
     """A requeue refused because it would resend a sent message or send an incomplete one."""
+
+
+class SecretUnavailable(OutboxError):
+    """A webhook signing secret stored sealed (ADR 0030) that the configured keys can't open: its
+    key id is not configured, no keys are configured, or it does not authenticate.
+
+    A key-configuration problem met while sending: the attempt posts nothing and is retried (a
+    transient failure), so fixing the key list loses no delivery. The message names the endpoint
+    and the key id, never key material.
+    """
 
 
 class StaleMark(OutboxError):

@@ -256,3 +256,21 @@ def reseal(payload: JSONObject, *, lane: str, encryptor: Encryptor) -> dict[str,
         value = _open_one(key, payload[key], lane=lane, encryptor=encryptor)
         resealed[key] = encryptor.seal(_plaintext(value), aad=field_aad(lane, key)).to_json()
     return resealed
+
+
+# --- webhook signing secrets at rest (ADR 0030) ---------------------------------------------------
+
+__all__ += ["webhook_secret_aad"]
+
+_SECRET_AAD_CONTEXT: Final = "leased-outbox/webhook-secret/v1"  # noqa: S105 - a label, not a secret
+
+
+def webhook_secret_aad(endpoint_id: int) -> bytes:
+    """The associated data that binds a sealed webhook signing secret to its endpoint and purpose.
+
+    A sealed secret copied into another endpoint's row, or into a payload field (whose associated
+    data is :func:`field_aad`'s), does not authenticate. JSON-encoded like :func:`field_aad`.
+    """
+    return json.dumps([_SECRET_AAD_CONTEXT, "signing", endpoint_id], separators=(",", ":")).encode(
+        "ascii"
+    )

@@ -7,32 +7,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from datetime import timedelta
 from typing import Any
 
 import pytest
 import standardwebhooks
 from tests.support.receivers import HttpReceiver, Reply
-from tests.support.webhooks import Webhooks, new_secret
+from tests.support.webhooks import GUARD, QUICK, TIMING, Webhooks, new_secret
 
-from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
+from outbox_adapters.http import HttpxWebhookSender
 from outbox_adapters.lanes.webhook_workers import WebhookWorkers
 from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
-from outbox_core.backoff import SlotSchedule
 from outbox_core.signing import WebhookSecret
-from outbox_core.webhook_timing import WebhookTiming
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
-
-GUARD = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
-#: Short figures so a test sees retries: 1 s attempts, a birth lease of 4 s, retries after 0.2 s.
-TIMING = WebhookTiming(
-    http_attempt=timedelta(seconds=1),
-    mark=timedelta(seconds=1),
-    birth_lease=timedelta(seconds=4),
-    lease_grace=timedelta(seconds=2),
-)
-QUICK = SlotSchedule((timedelta(seconds=0.2),) * 3, jitter_ratio=0.0)
 
 
 def workers(wh: Webhooks, sender: HttpxWebhookSender, **delivery: Any) -> WebhookWorkers:

@@ -31,6 +31,7 @@ from outbox_adapters.postgres.webhooks import FanOut as _FanOut
 from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository
 from outbox_adapters.postgres.webhooks import event_of as _event_of
 from outbox_adapters.postgres.webhooks import repository as _webhook_repository
+from outbox_adapters.postgres.webhooks import secrets as _webhook_secrets
 from outbox_adapters.postgres.webhooks import statements as _webhook_statements
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import marking as worker
@@ -675,6 +676,29 @@ MUTANTS += (
         "Deadlines._fire cuts the open scope at an earlier scope's deadline",
         f"{DEADLINE}::test_a_later_scope_is_not_cut_at_an_earlier_scope_s_deadline",
         (Deadlines, "_fire", _fires_for_any_scope),
+    ),
+)
+
+# --- webhook signing secrets at rest (ADR 0030) ---------------------------------------------------
+
+WEBHOOK_SECRETS = "tests/integration/test_webhook_secrets.py"
+
+MUTANTS += (
+    Mutant(
+        "webhook-secret-reseal-no-cas",
+        "compare-and-set of a sealing pass's write (RESEAL_SECRET)",
+        "drop AND secret = %(old)s: a pass with an older key list writes over a newer re-seal",
+        f"{WEBHOOK_SECRETS}::test_a_sealing_pass_never_writes_over_a_secret_changed_meanwhile",
+        _replace_in(_webhook_secrets, "RESEAL_SECRET", " AND secret = %(old)s", ""),
+    ),
+    Mutant(
+        "webhook-health-counts-our-key-failures",
+        "endpoint health leaves out attempts our keys could not sign (UNHEALTHY_ENDPOINTS)",
+        "drop AND d.last_error NOT LIKE %(not_theirs)s: a key mistake disables the endpoint",
+        f"{WEBHOOK_SECRETS}::test_endpoint_health_does_not_count_attempts_our_keys_could_not_sign",
+        _webhook_replace(
+            "UNHEALTHY_ENDPOINTS", "AND d.last_error NOT LIKE %(not_theirs)s", "AND true"
+        ),
     ),
 )
 

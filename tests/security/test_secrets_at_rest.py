@@ -15,22 +15,46 @@ and the same set of rows is found again with SQL.
 Mechanism under test: the scrub in the dispatched/skipped MARK (``payload - scrub_keys`` in the same
 UPDATE, catalogue C6) with the default secret keys. Drop the scrub and ``canary_in_sent_rows``
 becomes the number of sent rows.
+
+Webhook signing secrets (ADR 0030), in the same test and the same dump: two canary secrets go
+through registration, delivery to a real local receiver, ``rotate_secret`` and ``outbox keys
+rotate``, with encryption keys; the receiver verifies every request with them, and the dump holds
+no copy of either, as ``whsec_...``, bare base64 or hex, neither after ``rotate_secret`` nor at
+the end: the figure line's ``webhook_secrets_in_dump=0``. Mechanism: the seal in ``add_endpoint`` / ``rotate_secret``
+(``store_secret``); store secrets as text and the figure becomes the number of spellings found.
+A probe stored without keys is found (``test_the_dump_check_sees_a_webhook_secret_stored_as_text``),
+so the search is not vacuous.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import re
+import secrets
 import shutil
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import attrs
 import psycopg
 import pytest
+from tests.support.cli import outbox
+from tests.support.postgres import empty_outbox
+from tests.support.receivers import HttpReceiver
+from tests.support.webhooks import GUARD, webhooks
 
+from outbox_adapters.crypto import AesGcmEncryptor
 from outbox_adapters.demo.sink import free_port
+from outbox_adapters.http import HttpxWebhookSender
+from outbox_adapters.lanes.webhook_workers import WebhookWorkers
+from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
+from outbox_adapters.postgres.webhooks import WebhookRepository
 from outbox_adapters.smtp import SmtpMailer, SmtpSettings
-from outbox_core.ports import RequeueRequest
+from outbox_core.ports import Encryptor, RequeueRequest
+from outbox_core.signing import WebhookSecret, verify
 from outbox_core.tls import SmtpSecurityPolicy
 
 pytestmark = pytest.mark.integration
@@ -102,6 +126,17 @@ def dump_lines_with(dsn: str, token: str) -> list[tuple[str, dict[str, str]]]:
 async def test_a_payload_canary_is_found_only_in_pending_or_failed_rows(
     pipeline, store, log_canary, report_figure, wire_check
 ):
+    # A clean database first: ``keys rotate`` below reads every table (and a sealed secret left
+    # behind would stop a later keyless webhook worker from starting); clean again at the end.
+    empty_outbox(pipeline.dsn)
+    try:
+        await _payload_and_webhook_canaries(pipeline, store, log_canary, report_figure, wire_check)
+    finally:
+        empty_outbox(pipeline.dsn)
+
+
+async def _payload_and_webhook_canaries(pipeline, store, log_canary, report_figure, wire_check):
+    hooks = await webhook_round(pipeline.dsn, log_canary)
     canary = log_canary.new("p1canary")
     secrets_ = {
         "password_reset_url": f"https://shop.example/reset?token={canary}",
@@ -189,11 +224,23 @@ async def test_a_payload_canary_is_found_only_in_pending_or_failed_rows(
         for hit in elsewhere
         if hit[0] != "public.outbox_message" or hit[2] not in {"pending", "failed"}
     ]
+    at_end = webhook_forms_in_dump(pipeline.dsn, hooks.secrets)
+    secret_hits = {
+        **{f"{k} (before keys rotate)": v for k, v in hooks.hits_before_keys_rotate.items()},
+        **{f"{k} (at the end)": v for k, v in at_end.items()},
+    }
     report_figure(
         f"P1 canary_rows_pending_or_failed={len(in_pending_or_failed)}"
         f" canary_in_sent_rows={len(elsewhere)}"
+        f" webhook_secrets_in_dump={sum(secret_hits.values())}"
+        f" (2 canary secrets as whsec/base64/hex, 2 dumps: after rotate_secret and at the end;"
+        f" {hooks.verified} deliveries verified with them; sealed under"
+        f" {','.join(sorted(set(hooks.kids)))} after keys rotate)"
     )
     assert elsewhere == [], f"the canary is in sent rows or other tables: {elsewhere}"
+    assert sum(secret_hits.values()) == 0, secret_hits
+    assert "webhook secrets: re-sealed 2, sealed 0 from plaintext" in hooks.keys_rotate_output
+    assert hooks.kids == ("k2", "k2")
     assert {int(row["id"]) for row in in_pending_or_failed} == {
         bounce,
         transient,
@@ -237,3 +284,119 @@ async def test_the_canary_check_sees_a_secret_in_a_sent_row(pipeline, log_canary
     assert [(table, row["id"], row["status"]) for table, row in hits] == [
         ("public.outbox_message", str(row_id), "dispatched")
     ]
+
+
+# --- webhook signing secrets (ADR 0030) ------------------------------------------------------------
+
+KEY1, KEY2 = secrets.token_bytes(32), secrets.token_bytes(32)
+ENTRY1 = f"k1:{base64.b64encode(KEY1).decode()}"
+ENTRY2 = f"k2:{base64.b64encode(KEY2).decode()}"
+
+
+def secret_forms(secret: WebhookSecret) -> dict[str, str]:
+    """The spellings a dump (or a log) could hold a signing secret in."""
+    return {
+        "whsec": secret.to_text(),
+        "base64": base64.b64encode(secret.key).decode(),
+        "hex": secret.key.hex(),
+    }
+
+
+def canary_secret(log_canary) -> WebhookSecret:
+    secret = WebhookSecret.generate_from(secrets.token_bytes(32))
+    log_canary.register(*secret_forms(secret).values())
+    return secret
+
+
+async def deliver_all(pool, keys: Encryptor) -> None:
+    async with HttpxWebhookSender(GUARD) as sender:
+        await WebhookWorkers(
+            pool,
+            sender,
+            drain_config=drain_lane(poll_interval=0.05),
+            delivery_config=delivery_lane(poll_interval=0.05),
+            leader=False,
+            encryptor=keys,
+        ).run(drain=True)
+
+
+@attrs.frozen
+class WebhookRound:
+    """What the webhook part of P1 did: the canary secrets, the requests the receiver verified,
+    and the key id every stored secret is sealed under afterwards."""
+
+    secrets: tuple[WebhookSecret, ...]
+    verified: int
+    kids: tuple[str, ...]
+    #: Dump hits of the canaries after ``rotate_secret``, before ``keys rotate`` re-sealed them.
+    hits_before_keys_rotate: dict[str, int]
+    keys_rotate_output: str
+
+
+async def webhook_round(dsn: str, log_canary) -> WebhookRound:
+    """Two canary signing secrets through registration, delivery to a real local receiver,
+    ``rotate_secret`` and ``outbox keys rotate`` (k1 -> k2, then k1 dropped), with keys. The
+    receiver verifies every request with the canaries: the first, then both during the overlap."""
+    first, second = canary_secret(log_canary), canary_secret(log_canary)
+    k1 = AesGcmEncryptor({"k1": KEY1}, active="k1")
+    k2 = AesGcmEncryptor({"k2": KEY2}, active="k2")
+    async with webhooks(dsn) as wh:
+        with HttpReceiver() as hook:
+            repo = WebhookRepository(wh.pool, encryptor=k1)
+            endpoint = await repo.add_endpoint(hook.url(), ["invoice.paid"], secret=first.to_text())
+            await wh.enqueue("invoice.paid", invoice=1)
+            await deliver_all(wh.pool, k1)
+            await repo.rotate_secret(
+                endpoint.id, new_secret=second.to_text(), overlap=timedelta(hours=1)
+            )
+            await wh.enqueue("invoice.paid", invoice=2)
+            await deliver_all(wh.pool, k1)
+            before = webhook_forms_in_dump(dsn, (first, second))
+            rotated = await asyncio.to_thread(
+                outbox,
+                "keys", "rotate", "--database-url", dsn,
+                env={"OUTBOX_ENCRYPTION_KEYS": f"{ENTRY2},{ENTRY1}"},
+            )  # fmt: skip
+            assert rotated.exit_code == 0, rotated.output
+            await wh.enqueue("invoice.paid", invoice=3)
+            await deliver_all(wh.pool, k2)  # k1 dropped
+            requests = list(hook.requests)
+        kids = await wh.rows(
+            "SELECT CASE WHEN secret LIKE '{%%' THEN secret::jsonb->>'kid' ELSE 'plaintext' END"
+            " FROM outbox_webhook_secret ORDER BY id"
+        )
+    assert len(requests) == 3
+    now = int(time.time())
+    verify(requests[0].headers, requests[0].body, [first], now=now)
+    for request in requests[1:]:
+        verify(request.headers, request.body, [first], now=now)
+        verify(request.headers, request.body, [second], now=now)
+    return WebhookRound(
+        secrets=(first, second),
+        verified=len(requests),
+        kids=tuple(k for (k,) in kids),
+        hits_before_keys_rotate=before,
+        keys_rotate_output=rotated.stdout,
+    )
+
+
+def webhook_forms_in_dump(dsn: str, secrets_: tuple[WebhookSecret, ...]) -> dict[str, int]:
+    """Dump lines holding each canary secret in each spelling (``"0 whsec": 0``, ...)."""
+    return {
+        f"{n} {form}": len(dump_lines_with(dsn, text))
+        for n, secret in enumerate(secrets_)
+        for form, text in secret_forms(secret).items()
+    }
+
+
+async def test_the_dump_check_sees_a_webhook_secret_stored_as_text(dsn, log_canary):
+    """The webhook part of the dump check is not vacuous: a secret stored without keys is found,
+    as stored (``whsec_`` and its base64; hex is not how it is stored)."""
+    empty_outbox(dsn)
+    probe = canary_secret(log_canary)
+    try:
+        async with webhooks(dsn) as wh:
+            await wh.repo.add_endpoint("https://hooks.example/in", ["x"], secret=probe.to_text())
+        assert webhook_forms_in_dump(dsn, (probe,)) == {"0 whsec": 1, "0 base64": 1, "0 hex": 0}
+    finally:
+        empty_outbox(dsn)

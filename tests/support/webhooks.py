@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 from psycopg_pool import AsyncConnectionPool
 
+from outbox_adapters.http import DestinationGuard
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.webhooks import (
     DELIVERY_LANE,
@@ -24,12 +25,25 @@ from outbox_adapters.postgres.webhooks import (
     outbox_webhook,
     outbox_webhook_delivery,
 )
+from outbox_core.backoff import SlotSchedule
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.ports import ClaimRequest
 from outbox_core.signing import WebhookSecret
+from outbox_core.webhook_timing import WebhookTiming
 
 BIRTH = timedelta(seconds=120)
 LEASE = timedelta(seconds=190)
+
+#: Local receivers over http on 127.0.0.0/8, for end-to-end webhook tests.
+GUARD = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
+#: Short figures so a test sees retries: 1 s attempts, a birth lease of 4 s, retries after 0.2 s.
+TIMING = WebhookTiming(
+    http_attempt=timedelta(seconds=1),
+    mark=timedelta(seconds=1),
+    birth_lease=timedelta(seconds=4),
+    lease_grace=timedelta(seconds=2),
+)
+QUICK = SlotSchedule((timedelta(seconds=0.2),) * 3, jitter_ratio=0.0)
 
 
 def token() -> ClaimToken:

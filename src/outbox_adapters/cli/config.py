@@ -24,7 +24,9 @@ runs, with messages that name the option.
 
 ``outbox config show`` prints, per command, each setting's effective value and where it came from
 (environment, file or default; passwords and keys masked), then the derived timing of every lane
-(per-row budget, batch timeout, claim lease) as the workers would print it at start.
+(per-row budget, batch timeout, claim lease) as the workers would print it at start, and how
+webhook signing secrets are stored at rest with the worker's keys (plaintext, or sealed under
+which key id).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import click
 from click.core import ParameterSource
 
 from outbox_adapters.cli.endpoints import json_option
-from outbox_adapters.cli.options import SettingError
+from outbox_adapters.cli.options import SettingError, describe_secrets, encryptor_from
 from outbox_adapters.cli.worker_settings import email_timing
 from outbox_adapters.lanes.channel_workers import ChannelTiming
 from outbox_adapters.lanes.email_channel import email_channel_lane
@@ -205,6 +207,21 @@ def _lanes(commands: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def _webhook_secrets(root: click.Context) -> str:
+    """How webhook signing secrets are stored at rest with ``outbox worker``'s effective keys
+    (ADR 0030): in plaintext, or sealed under the active key id; never a key."""
+    assert isinstance(root.command, click.Group)  # noqa: S101 - outbox's main is a group
+    worker = root.command.commands["worker"]
+    ctx = worker.make_context("worker", [], parent=root, resilient_parsing=True)
+    try:
+        encryptor = encryptor_from(
+            ctx.params.get("encryption_keys"), ctx.params.get("encryption_keys_file")
+        )
+    except click.ClickException as exc:
+        return f"REFUSED: {exc.format_message()}"
+    return describe_secrets(encryptor).removeprefix("webhook secrets: ")
+
+
 @click.group("config")
 def config_group() -> None:
     """The effective configuration (flags aside): environment, --config file, defaults."""
@@ -219,8 +236,10 @@ def show_command(ctx: click.Context, as_json: bool) -> None:  # noqa: FBT001
     assert isinstance(root.command, click.Group)  # noqa: S101 - outbox's main is a group
     commands = _walk(root.command, root)
     lanes = _lanes(commands)
+    secrets = _webhook_secrets(root)
     if as_json:
-        click.echo(json.dumps({"commands": commands, "lanes": lanes}, default=str))
+        document = {"commands": commands, "lanes": lanes, "webhook_secrets": secrets}
+        click.echo(json.dumps(document, default=str))
         return
     for name, settings in commands.items():
         click.echo(f"[{name}]")
@@ -229,3 +248,4 @@ def show_command(ctx: click.Context, as_json: bool) -> None:  # noqa: FBT001
     click.echo("lane timing:")
     for lane, text in lanes.items():
         click.echo(f"  {lane}: {text}")
+    click.echo(f"webhook secrets at rest (outbox worker's keys): {secrets}")

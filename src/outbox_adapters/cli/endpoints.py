@@ -20,6 +20,9 @@ from outbox_adapters.cli.options import (
     SettingError,
     connection_pool,
     database_url,
+    describe_secrets,
+    encryption_keys,
+    encryptor_from,
     option,
     run,
     setting_error,
@@ -33,6 +36,7 @@ from outbox_adapters.postgres.webhooks import (
     WebhookRepository,
 )
 from outbox_core.errors import BlockedDestination, ConfigurationError, InvalidMessage
+from outbox_core.ports import Encryptor
 from outbox_core.signing import WebhookSecret
 
 __all__ = [
@@ -103,10 +107,10 @@ def _check_url(url: str, allow: Sequence[str], *, allow_http: bool) -> None:
         raise setting_error("--url", "OUTBOX_ENDPOINT_URL", str(exc)) from None
 
 
-def _repository_call(database: str, call: Any) -> Any:  # noqa: ANN401
+def _repository_call(database: str, call: Any, encryptor: Encryptor | None = None) -> Any:  # noqa: ANN401
     async def go() -> Any:  # noqa: ANN401
         async with connection_pool(database) as pool:
-            return await call(WebhookRepository(pool))
+            return await call(WebhookRepository(pool, encryptor=encryptor))
 
     try:
         return run(go())
@@ -132,6 +136,7 @@ def endpoints_group() -> None:
 )
 @option("--owner", env="OUTBOX_ENDPOINT_OWNER", help="Owner's e-mail, told when it is disabled.")
 @allow_options
+@encryption_keys()
 @json_option
 def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     database_url: str,
@@ -140,15 +145,20 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     owner: str | None,
     allow: tuple[str, ...],
     allow_http: bool,  # noqa: FBT001
+    encryption_keys: str | None,
+    encryption_keys_file: str | None,
     as_json: bool,  # noqa: FBT001
 ) -> None:
-    """Register an endpoint; prints its id and its first signing secret (shown once)."""
+    """Register an endpoint; prints its id and its first signing secret (shown once). With
+    encryption keys the secret is stored sealed under the first key."""
+    encryptor = encryptor_from(encryption_keys, encryption_keys_file)
     _check_url(url, allow, allow_http=allow_http)
     secret = WebhookSecret.generate_from(secrets.token_bytes(32)).to_text()
     try:
         endpoint: Endpoint = _repository_call(
             database_url,
             lambda repo: repo.add_endpoint(url, event_types, owner_email=owner, secret=secret),
+            encryptor,
         )
     except InvalidMessage as exc:
         raise SettingError(f"the endpoint was refused, nothing was written: {exc}") from None
@@ -158,6 +168,7 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     click.echo(f"endpoint {endpoint.id} added for {', '.join(endpoint.event_types)}")
     click.echo(f"secret: {secret}")
     click.echo("(give the secret to the receiver; it is not shown again)")
+    click.echo(describe_secrets(encryptor))
 
 
 @endpoints_group.command("list")
@@ -236,18 +247,25 @@ def enable_command(endpoint_id: int, database_url: str, as_json: bool) -> None: 
     show_default=True,
     help="How long the old secrets keep signing beside the new one.",
 )
+@encryption_keys()
 @json_option
-def rotate_command(
+def rotate_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     endpoint_id: int,
     database_url: str,
     overlap_hours: float,
+    encryption_keys: str | None,
+    encryption_keys_file: str | None,
     as_json: bool,  # noqa: FBT001
 ) -> None:
-    """Add a new signing secret; the old ones keep signing for the overlap. Prints the new one."""
+    """Add a new signing secret; the old ones keep signing for the overlap. Prints the new one.
+    With encryption keys it is stored sealed under the first key."""
+    encryptor = encryptor_from(encryption_keys, encryption_keys_file)
     secret = WebhookSecret.generate_from(secrets.token_bytes(32)).to_text()
     overlap = timedelta(hours=overlap_hours)
     _repository_call(
-        database_url, lambda r: r.rotate_secret(endpoint_id, new_secret=secret, overlap=overlap)
+        database_url,
+        lambda r: r.rotate_secret(endpoint_id, new_secret=secret, overlap=overlap),
+        encryptor,
     )
     if as_json:
         click.echo(
@@ -260,3 +278,4 @@ def rotate_command(
     click.echo(
         f"(the old secrets keep signing for {overlap_hours:g} h; this one is not shown again)"
     )
+    click.echo(describe_secrets(encryptor))

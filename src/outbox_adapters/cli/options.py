@@ -29,6 +29,7 @@ __all__ = [
     "database_errors",
     "database_url",
     "describe_keys",
+    "describe_secrets",
     "encryption_keys",
     "encryptor_from",
     "lane_option",
@@ -205,6 +206,13 @@ def describe_keys(encryptor: Encryptor | None) -> str:
     return f"sealed fields: key {encryptor.active_key_id!r} seals" + (
         f", also opening {', '.join(map(repr, others))}" if others else ""
     )
+
+
+def describe_secrets(encryptor: Encryptor | None) -> str:
+    """How new webhook signing secrets are stored with these keys (ADR 0030; ids only)."""
+    if encryptor is None:
+        return "webhook secrets: stored in plaintext (no encryption keys)"
+    return f"webhook secrets: sealed under key id {encryptor.active_key_id!r} (AES-256-GCM)"
 
 
 @contextlib.contextmanager

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from outbox_adapters.cli.options import Failure, database_errors, database_url
+from outbox_adapters.cli.keys import seal_secrets_now
+from outbox_adapters.cli.options import (
+    Failure,
+    database_errors,
+    database_url,
+    encryption_keys,
+    encryptor_from,
+)
 from outbox_adapters.postgres import schema
 
 __all__ = ["schema_group"]
@@ -23,11 +30,19 @@ def schema_sql() -> None:
 
 @schema_group.command("apply")
 @database_url()
-def schema_apply(database_url: str) -> None:
-    """Create whatever is missing (IF NOT EXISTS; never alters what exists)."""
+@encryption_keys()
+def schema_apply(
+    database_url: str, encryption_keys: str | None, encryption_keys_file: str | None
+) -> None:
+    """Create whatever is missing (IF NOT EXISTS; never alters what exists). With encryption
+    keys, also seal the webhook signing secrets stored in plaintext (``outbox keys
+    seal-secrets``)."""
+    encryptor = encryptor_from(encryption_keys, encryption_keys_file)
     with database_errors():
         schema.apply(database_url)
     click.echo(f"schema applied ({len(schema.ddl_statements())} statements, IF NOT EXISTS)")
+    if encryptor is not None:
+        seal_secrets_now(database_url, encryptor)
 
 
 @schema_group.command("verify")

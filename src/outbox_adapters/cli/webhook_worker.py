@@ -12,10 +12,12 @@ import click
 
 from outbox_adapters.cli.endpoints import destination_guard
 from outbox_adapters.cli.options import (
+    KEYS_OPTION,
     Failure,
     SettingError,
     connection_pool,
     database_errors,
+    describe_secrets,
     run,
     setting_error,
     stop_on_signals,
@@ -27,6 +29,7 @@ from outbox_adapters.lanes.webhooks import WEBHOOK_LANE, delivery_lane, drain_la
 from outbox_adapters.postgres import PostgresHeartbeat, schema
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.errors import ConfigurationError
+from outbox_core.ports import Encryptor
 
 __all__ = ["run_webhook_workers"]
 
@@ -49,6 +52,7 @@ def run_webhook_workers(  # noqa: PLR0913 - the worker command's options for thi
     leader: bool,
     listen: bool,
     poll_interval: float,
+    encryptor: Encryptor | None = None,
 ) -> None:
     guard = _guard(allow, allow_http=allow_http, environment=environment)
     try:
@@ -59,21 +63,26 @@ def run_webhook_workers(  # noqa: PLR0913 - the worker command's options for thi
     click.echo(f"drainer timing: {drain_config.timing.describe()}")
     click.echo(f"deliveries timing: {delivery_config.timing.describe()}")
     click.echo(guard.describe())
+    click.echo(describe_secrets(encryptor))
     with database_errors():
         problems = schema.verify(database_url)
     if problems:
         raise Failure(f"the outbox schema is incomplete ({problems[0]}): run `outbox schema apply`")
-    stats = run(
-        _work(
-            database_url,
-            guard,
-            drain_config,
-            delivery_config,
-            drain=drain,
-            leader=leader,
-            listen=listen,
+    try:
+        stats = run(
+            _work(
+                database_url,
+                guard,
+                drain_config,
+                delivery_config,
+                encryptor,
+                drain=drain,
+                leader=leader,
+                listen=listen,
+            )
         )
-    )
+    except ConfigurationError as exc:  # a key the stored secrets need is missing: nothing ran
+        raise SettingError(f"{KEYS_OPTION}: {exc}") from None
     for part in ("drainer", "first_attempts", "retries"):
         figures = attrs.asdict(getattr(stats, part))
         click.echo(f"{part}: " + ", ".join(f"{k} {v}" for k, v in figures.items() if v))
@@ -85,6 +94,7 @@ async def _work(  # noqa: PLR0913 - the validated settings
     guard: DestinationGuard,
     drain_config: LaneConfig,
     delivery_config: LaneConfig,
+    encryptor: Encryptor | None,
     *,
     drain: bool,
     leader: bool,
@@ -111,6 +121,7 @@ async def _work(  # noqa: PLR0913 - the validated settings
             leader=leader,
             holder=holder,
             wakeup=wakeup,
+            encryptor=encryptor,
         )
         click.echo(
             f"lanes webhooks + webhook_deliveries: holder {holder}, leader lease"

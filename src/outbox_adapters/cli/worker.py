@@ -181,6 +181,7 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
             leader=leader,
             listen=listen,
             poll_interval=poll_interval,
+            encryptor=encryptor_from(encryption_keys, encryption_keys_file),
         )
         return
     if smtp_url is None or sender is None:

@@ -31,16 +31,18 @@ from outbox_adapters.lanes.webhooks import (
 from outbox_adapters.postgres import PostgresLeaderLease, PostgresStore
 from outbox_adapters.postgres.webhooks import (
     Endpoint,
+    SecretCensus,
     WebhookRepository,
     outbox_webhook,
     outbox_webhook_delivery,
+    secret_census,
 )
 from outbox_adapters.runtime import LaneConfig, Worker, WorkerStats
 from outbox_adapters.runtime.born import DEFAULT_FIRST_ATTEMPTS, BornRows
 from outbox_adapters.wakeup import Wakeup
 from outbox_core.errors import ConfigurationError, StoreUnavailable
 from outbox_core.messages import NewMessage
-from outbox_core.ports import Clock, Heartbeat, WebhookSender
+from outbox_core.ports import Clock, Encryptor, Heartbeat, WebhookSender
 from outbox_core.webhook_timing import WebhookTiming
 
 __all__ = ["HEALTH_WINDOW", "WebhookStats", "WebhookWorkers", "owner_notice"]
@@ -103,6 +105,7 @@ class WebhookWorkers:
         notice: Callable[[Endpoint], NewMessage | None] = owner_notice,
         wakeup: Wakeup | None = None,
         heartbeat: Heartbeat | None = None,
+        encryptor: Encryptor | None = None,
     ) -> None:
         drain_config = drain_config or drain_lane()
         delivery_config = delivery_config or delivery_lane()
@@ -112,7 +115,9 @@ class WebhookWorkers:
                 f"the deliveries' lane needs a WebhookTiming (it has the birth lease), got {timing!r}"
             )
         self.clock: Clock = clock or SystemClock()
-        self.repository = WebhookRepository(pool)
+        self.repository = WebhookRepository(pool, encryptor=encryptor)
+        self._pool = pool
+        self._encryptor = encryptor
         self.health_window = health_window
         self.health_interval = health_interval
         self._notice = notice
@@ -162,8 +167,12 @@ class WebhookWorkers:
 
     async def run(self, *, drain: bool = False) -> WebhookStats:
         """Run the drainer, the retry worker and the health sweep until stopped; with ``drain``,
-        until nothing is due: the outbox drained, every first attempt recorded, no delivery due."""
+        until nothing is due: the outbox drained, every first attempt recorded, no delivery due.
+
+        Raises :class:`ConfigurationError` before claiming anything when a live signing secret is
+        sealed under a key id the encryptor lacks (:meth:`check_secrets`)."""
         try:
+            await self.check_secrets()
             if drain:
                 await self.drainer.run(drain=True)
                 await self._first_attempts_recorded()
@@ -194,6 +203,25 @@ class WebhookWorkers:
         await self.fan_out.wait()
         await self.first_attempts.wait()
 
+    async def check_secrets(self, *, refuse: bool = True) -> SecretCensus:
+        """Refuse to start without a key the live signing secrets need (a
+        :class:`ConfigurationError` naming the key id), and warn, loudly, about secrets still
+        stored in plaintext although keys are configured: they keep signing (no outage), and the
+        warning names the command that seals them (ADR 0030). Run at start and, with
+        ``refuse=False`` (a running worker logs the missing key instead: its deliveries to those
+        endpoints wait and retry), at every endpoint-health sweep."""
+        census = await secret_census(self._pool)
+        try:
+            census.check(self._encryptor)
+        except ConfigurationError as exc:
+            if refuse:
+                raise
+            _log.error("%s; deliveries to those endpoints are retried, none is sent", exc)
+        warning = census.warning(self._encryptor)
+        if warning is not None:
+            _log.warning("%s", warning)
+        return census
+
     async def sweep_health(self) -> list[Endpoint]:
         """Disable the endpoints failing with no success for the health window (B6), each with
         its owner's notice enqueued in the same transaction; returns them."""
@@ -211,6 +239,7 @@ class WebhookWorkers:
         while not self._stopping.is_set():
             try:
                 await self.sweep_health()
+                await self.check_secrets(refuse=False)
             except StoreUnavailable as exc:
                 _log.warning(
                     "endpoint health sweep failed (%s); next one in the next interval", exc

@@ -29,7 +29,7 @@ from outbox_adapters.lanes.fan_out import FanOutHandler, FanOutStore
 from outbox_adapters.postgres.webhooks import DELIVERY_LANE, WEBHOOK_LANE
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.backoff import WEBHOOK_BACKOFF, ExponentialBackoff
-from outbox_core.errors import StaleDeliveryMark
+from outbox_core.errors import SecretUnavailable, StaleDeliveryMark
 from outbox_core.messages import ClaimedRow
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import Clock, WebhookSender
@@ -131,7 +131,13 @@ class DeliveryHandler:
 
     async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
         started = self._clock.monotonic()
-        target = await self._repository.delivery_target(int(row.id))
+        try:
+            target = await self._repository.delivery_target(int(row.id))
+        except SecretUnavailable as exc:
+            # A key-configuration mistake, not the receiver's: post nothing (never unsigned) and
+            # retry on the schedule, so fixing the key list loses no delivery (ADR 0030).
+            # The class is SECRET_UNAVAILABLE's, written out for the runbook's scan of reasons.
+            return Outcome.transient(f"signing secret unavailable, nothing sent: {exc}")
         if target is None:
             return Outcome.permanent("the delivery's event or endpoint no longer exists")
         if not target.enabled:

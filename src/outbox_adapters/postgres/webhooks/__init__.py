@@ -28,6 +28,13 @@ from outbox_adapters.postgres.webhooks.model import (
     webhook_message,
 )
 from outbox_adapters.postgres.webhooks.repository import WebhookRepository
+from outbox_adapters.postgres.webhooks.secrets import (
+    SEAL_COMMAND,
+    SecretCensus,
+    SecretSealing,
+    seal_stored_secrets,
+    secret_census,
+)
 from outbox_adapters.postgres.webhooks.tables import (
     DELIVERY_LANE,
     WEBHOOK_LANE,
@@ -43,6 +50,7 @@ __all__ = [
     "DEFAULT_HEALTH_WINDOW",
     "DEFAULT_SECRET_OVERLAP",
     "DELIVERY_LANE",
+    "SEAL_COMMAND",
     "WEBHOOK_LANE",
     "DeliveryGroup",
     "DeliveryReport",
@@ -51,6 +59,8 @@ __all__ = [
     "FanOut",
     "Missed",
     "Replay",
+    "SecretCensus",
+    "SecretSealing",
     "WebhookRefused",
     "WebhookRepository",
     "check_endpoint_url",
@@ -64,5 +74,7 @@ __all__ = [
     "outbox_webhook_endpoint",
     "outbox_webhook_event",
     "outbox_webhook_secret",
+    "seal_stored_secrets",
+    "secret_census",
     "webhook_message",
 ]

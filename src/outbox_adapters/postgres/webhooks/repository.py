@@ -60,7 +60,8 @@ from outbox_core.messages import (
     usable_trace_context,
 )
 from outbox_core.payload import decode_payload
-from outbox_core.signing import WebhookSecret
+from outbox_core.ports import Encryptor
+from outbox_core.webhook_secrets import read_secret
 
 __all__ = ["WebhookRepository", "event_of"]
 
@@ -85,8 +86,12 @@ class WebhookRepository(EndpointOps):
     """The webhook model on a ``psycopg_pool.AsyncConnectionPool`` (autocommit connections, as
     ``PostgresStore.open`` and the CLI make, or not: every write runs in an explicit transaction)."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], *, encryptor: Encryptor | None = None
+    ) -> None:
         self._pool = pool
+        #: With keys, secrets are stored sealed and opened only in ``delivery_target`` (ADR 0030).
+        self._encryptor = encryptor
 
     # --- fan-out ---------------------------------------------------------------------------------
 
@@ -211,7 +216,8 @@ class WebhookRepository(EndpointOps):
         self, delivery_id: int, *, now: datetime | None = None
     ) -> DeliveryTarget | None:
         """What one attempt of ``delivery_id`` needs (``None``: no such delivery). ``secrets``
-        holds every secret unexpired at ``now`` (default: the database's now)."""
+        holds every secret unexpired at ``now`` (default: the database's now), opened; raises
+        :class:`~outbox_core.errors.SecretUnavailable` when one can't be opened."""
         async with self._pool.connection() as conn:
             record = await _one(conn, statements.DELIVERY_TARGET, {"id": delivery_id, "now": now})
         if record is None:
@@ -222,7 +228,11 @@ class WebhookRepository(EndpointOps):
             endpoint_id=record["endpoint_id"],
             url=record["url"],
             enabled=record["enabled"],
-            secrets=tuple(WebhookSecret.parse(s) for s in record["secrets"]),
+            # Opened here, in the sender's process; SecretUnavailable (naming the key id) if not.
+            secrets=tuple(
+                read_secret(s, endpoint_id=record["endpoint_id"], encryptor=self._encryptor)
+                for s in record["secrets"]
+            ),
             msg_id=record["msg_id"],
             event_type=record["event_type"],
             body=event_body(record["event_type"], record["created_at"], json.loads(record["data"])),

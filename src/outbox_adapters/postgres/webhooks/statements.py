@@ -242,12 +242,15 @@ ORDER BY ev.id
 #: run of failing deliveries (failed, or pending after a failed attempt, created after its last
 #: success) began at or before ``now - window``, and it failed again within the window (so an
 #: endpoint merely idle since an old failure is left alone). Locked, in the disabling transaction.
+#: Attempts that failed on our side, not the receiver's (``not_theirs``: a signing secret our
+#: keys can't open, ADR 0030), do not count: a key mistake must not disable an endpoint.
 UNHEALTHY_ENDPOINTS = """
 WITH health AS (
     SELECT d.endpoint_id,
            max(d.resolved_at) FILTER (WHERE d.status = 'dispatched') AS last_success,
            max(d.updated_at) FILTER (
                WHERE d.status IN ('pending', 'failed') AND d.last_error IS NOT NULL
+                 AND d.last_error NOT LIKE %(not_theirs)s
            ) AS last_failure
     FROM outbox_webhook_delivery AS d
     WHERE d.lane = %(lane)s
@@ -260,6 +263,7 @@ streak AS (
     WHERE d.lane = %(lane)s
       AND d.status IN ('pending', 'failed')
       AND d.last_error IS NOT NULL
+      AND d.last_error NOT LIKE %(not_theirs)s
       AND d.created_at > coalesce(h.last_success, '-infinity'::timestamptz)
     GROUP BY d.endpoint_id
 )
