@@ -9,6 +9,8 @@ reads go around it (plain SQL), so each test checks what PostgreSQL holds.
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 import pytest
 from tests.support.receivers import HttpReceiver
@@ -19,6 +21,7 @@ from outbox_adapters.lanes.webhook_workers import WebhookWorkers
 from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
 from outbox_adapters.postgres.webhooks import WEBHOOK_LANE
 from outbox_adapters.postgres.webhooks import statements as webhook_statements
+from outbox_adapters.postgres.webhooks.targets import TargetReads
 from outbox_core.webhook_timing import FanOutTiming
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
@@ -97,10 +100,24 @@ async def test_a_failure_inside_a_batch_s_transaction_writes_nothing_for_any_row
 
 
 async def test_the_drainer_fans_a_claimed_batch_out_in_one_round_and_every_delivery_goes_once(
-    wh: Webhooks,
+    wh: Webhooks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The default drainer: 45 events, batches of 20, so three claims and three fan-out rounds
-    (20, 20, 5 rows), each round one transaction; every event reaches its endpoint once."""
+    (20, 20, 5 rows), each round one transaction and one read of its deliveries' targets, which
+    the first attempts use instead of a query each; every event reaches its endpoint once."""
+    reads: list[str] = []
+    one, many = TargetReads.delivery_target, TargetReads.delivery_targets
+
+    async def read_one(self: TargetReads, delivery_id: int, **kw: Any) -> Any:
+        reads.append("one")
+        return await one(self, delivery_id, **kw)
+
+    async def read_many(self: TargetReads, ids: Any, **kw: Any) -> Any:
+        reads.append(f"many:{len(ids)}")
+        return await many(self, ids, **kw)
+
+    monkeypatch.setattr(TargetReads, "delivery_target", read_one)
+    monkeypatch.setattr(TargetReads, "delivery_targets", read_many)
     with HttpReceiver() as hook:
         await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=new_secret())
         for n in range(45):
@@ -114,6 +131,8 @@ async def test_the_drainer_fans_a_claimed_batch_out_in_one_round_and_every_deliv
         assert len(hook.requests) == 45
         assert len({r.headers["webhook-id"] for r in hook.requests}) == 45
     assert (workers.fan_out.rounds, workers.fan_out.rows) == (3, 45)
+    assert reads == ["many:20", "many:20", "many:5"]
+    assert workers.targets.held == 0
     assert stats.drainer.dispatched == 45
     assert stats.drainer.stale_marks == 0
     assert stats.first_attempts.dispatched == 45

@@ -23,7 +23,9 @@ runs ``fan_out_many`` over all of them: one transaction for the batch instead of
   :meth:`FanOutHandler.wait` waits for a round still running.
 - The deliveries' first attempts start the moment the round commits, through
   :class:`~outbox_adapters.runtime.born.BornRows` (born leased from an instant taken before the
-  transaction began).
+  transaction began). Given :class:`~outbox_adapters.lanes.fresh_targets.FreshTargets`, the round
+  first reads their targets in one query (``delivery_targets``), which the first attempts then
+  use instead of a query each.
 
 A drainer configured one row at a time (``drain_lane(rows_in_flight=1)``) makes rounds of one
 row: the per-row transaction of before, kept as the bench's "before" column.
@@ -32,6 +34,7 @@ row: the per-row transaction of before, kept as the bench's "before" column.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -39,13 +42,17 @@ from typing import Any, Protocol
 
 import attrs
 
+from outbox_adapters.lanes.fresh_targets import FreshTargets
 from outbox_adapters.postgres.webhooks.model import event_of
 from outbox_adapters.runtime.born import BornRows
+from outbox_core.errors import StoreUnavailable
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import Clock
 
 __all__ = ["FanOutHandler", "FanOutStore"]
+
+_log = logging.getLogger("outbox_adapters.lanes.webhooks")
 
 
 class _FanOut(Protocol):
@@ -84,8 +91,11 @@ class FanOutHandler:
         *,
         clock: Clock,
         entropy: Callable[[int], bytes] = secrets.token_bytes,
+        targets: FreshTargets | None = None,
     ) -> None:
         self._repository = repository
+        #: Where the round leaves the targets of the deliveries it wrote (None: not read here).
+        self._targets = targets
         self._first_attempts = first_attempts
         self._clock = clock
         self._entropy = entropy
@@ -151,7 +161,22 @@ class FanOutHandler:
                     w.answer.set_exception(exc)
             return
         for w, fan_out in zip(waiting, fanned, strict=True):
-            if fan_out.marked:
-                self._first_attempts.start(fan_out.deliveries, born_at=born_at)
             if not w.answer.done():
                 w.answer.set_result(fan_out)
+        born = [d for fan_out in fanned if fan_out.marked for d in fan_out.deliveries]
+        try:
+            await self._read_targets(born, born_at + left)
+        finally:
+            # Whatever happened to the read (even a cancelled round): what committed goes out.
+            self._first_attempts.start(born, born_at=born_at)
+
+    async def _read_targets(self, born: Sequence[ClaimedRow], until: float) -> None:
+        """The first attempts' targets in one query, within the round's time; on any trouble
+        each attempt reads its own, as a retry does."""
+        if self._targets is None or not born:
+            return
+        try:
+            async with asyncio.timeout(max(until - self._clock.monotonic(), 0.0)):
+                await self._targets.prime([int(d.id) for d in born])
+        except (StoreUnavailable, TimeoutError) as exc:
+            _log.warning("the first attempts' targets were not read (%s); each reads its own", exc)

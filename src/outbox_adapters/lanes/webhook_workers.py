@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.lanes.email import email_message
+from outbox_adapters.lanes.fresh_targets import FreshTargets
 from outbox_adapters.lanes.webhooks import (
     DeliveryHandler,
     FanOutHandler,
@@ -127,9 +128,11 @@ class WebhookWorkers:
         outbox = PostgresStore(pool, table=outbox_webhook)
         self._stores = (outbox, deliveries)
         attempt = DeliveryHandler(self.repository, sender, clock=self.clock)
+        #: The targets each fan-out round reads for its first attempts, in one query.
+        self.targets = FreshTargets(self.repository, clock=self.clock)
         self.first_attempts = BornRows(
             deliveries,
-            attempt,
+            DeliveryHandler(self.targets, sender, clock=self.clock),
             delivery_config,
             lease=timing.birth_lease,
             clock=self.clock,
@@ -137,7 +140,9 @@ class WebhookWorkers:
         )
         lease = PostgresLeaderLease(pool) if leader else None
         #: The drainer's handler: a claimed batch's fan-outs in one transaction.
-        self.fan_out = FanOutHandler(self.repository, self.first_attempts, clock=self.clock)
+        self.fan_out = FanOutHandler(
+            self.repository, self.first_attempts, clock=self.clock, targets=self.targets
+        )
         self.drainer = Worker(
             outbox,
             self.fan_out,

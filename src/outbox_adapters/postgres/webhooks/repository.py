@@ -19,7 +19,8 @@ fenced marks, release, operator port); this repository does only what is webhook
   clone with ``replay_completed_at`` NULL, visible and re-runnable), then creates the clone's
   born-leased deliveries and completes it in one transaction. Re-running completes the open clone;
   the unique (event, endpoint) index makes a second delivery impossible.
-- :meth:`~WebhookRepository.delivery_target` reads what one attempt needs in one query.
+- :meth:`~WebhookRepository.delivery_target` reads what one attempt needs in one query, and
+  :meth:`~WebhookRepository.delivery_targets` what several need (:mod:`.targets`).
 
 Endpoints, secrets, health and the report are in :mod:`.endpoints`. Every method maps outages to
 :class:`~outbox_core.errors.StoreUnavailable`.
@@ -41,15 +42,14 @@ from outbox_adapters.postgres.marks import mark_many_params
 from outbox_adapters.postgres.webhooks import statements
 from outbox_adapters.postgres.webhooks.endpoints import EndpointOps, _all, _one
 from outbox_adapters.postgres.webhooks.model import (
-    DeliveryTarget,
     FanOut,
     Replay,
     WebhookRefused,
-    event_body,
     event_of,
     new_msg_id,
 )
 from outbox_adapters.postgres.webhooks.tables import DELIVERY_LANE, outbox_webhook
+from outbox_adapters.postgres.webhooks.targets import TargetReads
 from outbox_adapters.store_rules import check_distinct_rows, coerce_row_id
 from outbox_core.messages import (
     ClaimedRow,
@@ -61,7 +61,6 @@ from outbox_core.messages import (
 )
 from outbox_core.payload import decode_payload
 from outbox_core.ports import Encryptor
-from outbox_core.webhook_secrets import read_secret
 
 __all__ = ["WebhookRepository", "event_of"]
 
@@ -82,7 +81,7 @@ def _claimed(records: list[dict[str, Any]], token: ClaimToken) -> tuple[ClaimedR
     )
 
 
-class WebhookRepository(EndpointOps):
+class WebhookRepository(EndpointOps, TargetReads):
     """The webhook model on a ``psycopg_pool.AsyncConnectionPool`` (autocommit connections, as
     ``PostgresStore.open`` and the CLI make, or not: every write runs in an explicit transaction)."""
 
@@ -208,35 +207,6 @@ class WebhookRepository(EndpointOps):
         for record, row in zip(records, _claimed(records, birth_token), strict=True):
             born.setdefault(int(record["event_id"]), []).append(row)
         return ids, {event_id: tuple(rows) for event_id, rows in born.items()}
-
-    # --- one attempt's target ----------------------------------------------------------------------
-
-    @mapped_outages
-    async def delivery_target(
-        self, delivery_id: int, *, now: datetime | None = None
-    ) -> DeliveryTarget | None:
-        """What one attempt of ``delivery_id`` needs (``None``: no such delivery). ``secrets``
-        holds every secret unexpired at ``now`` (default: the database's now), opened; raises
-        :class:`~outbox_core.errors.SecretUnavailable` when one can't be opened."""
-        async with self._pool.connection() as conn:
-            record = await _one(conn, statements.DELIVERY_TARGET, {"id": delivery_id, "now": now})
-        if record is None:
-            return None
-        return DeliveryTarget(
-            delivery_id=record["id"],
-            event_id=record["event_id"],
-            endpoint_id=record["endpoint_id"],
-            url=record["url"],
-            enabled=record["enabled"],
-            # Opened here, in the sender's process; SecretUnavailable (naming the key id) if not.
-            secrets=tuple(
-                read_secret(s, endpoint_id=record["endpoint_id"], encryptor=self._encryptor)
-                for s in record["secrets"]
-            ),
-            msg_id=record["msg_id"],
-            event_type=record["event_type"],
-            body=event_body(record["event_type"], record["created_at"], json.loads(record["data"])),
-        )
 
     # --- replay ------------------------------------------------------------------------------------
 

@@ -137,7 +137,8 @@ WHERE d.lane = %(lane)s
 ORDER BY d.resolved_at, d.id
 """
 
-#: One attempt's target: the delivery, its endpoint, its event and every unexpired secret.
+#: Attempts' targets: each delivery, its endpoint, its event and every unexpired secret (one
+#: delivery for a retry, the deliveries a fan-out round just wrote for their first attempts).
 DELIVERY_TARGET = """
 SELECT d.id, d.event_id, d.endpoint_id, e.url, e.enabled, ev.msg_id, ev.event_type,
        ev.data::text AS data, ev.created_at,
@@ -150,7 +151,7 @@ SELECT d.id, d.event_id, d.endpoint_id, e.url, e.enabled, ev.msg_id, ev.event_ty
 FROM outbox_webhook_delivery AS d
 JOIN outbox_webhook_endpoint AS e ON e.id = d.endpoint_id
 JOIN outbox_webhook_event AS ev ON ev.id = d.event_id
-WHERE d.id = %(id)s
+WHERE d.id = ANY(%(ids)s::bigint[])
 """
 
 # --- endpoints ------------------------------------------------------------------------------------
