@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from tests.support.receivers import HttpReceiver
+from tests.support.receivers import HttpReceiver, Reply
 from tests.support.webhooks import BIRTH, Webhooks, new_secret, token
 
 from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
@@ -159,3 +159,30 @@ async def test_a_drainer_configured_one_row_at_a_time_makes_a_round_per_row(wh: 
             await workers.run(drain=True)
         assert len(hook.requests) == 5
     assert (workers.fan_out.rounds, workers.fan_out.rows) == (5, 5)
+
+
+async def test_after_a_410_the_first_attempts_still_to_come_skip_the_endpoint_not_post_on_an_old_read(
+    wh: Webhooks,
+) -> None:
+    """Ten events in one round, their targets read by the round; the endpoint answers 410 to the
+    first attempt. With first attempts one at a time, the nine after it must see the endpoint
+    disabled (the 410 dropped the round's reads of it) and be skipped: one request, not ten."""
+    with HttpReceiver(then=Reply.status(410)) as gone:
+        endpoint = await wh.repo.add_endpoint(gone.url(), ["invoice.paid"], secret=new_secret())
+        for n in range(10):
+            await wh.enqueue("invoice.paid", invoice=n)
+        async with HttpxWebhookSender(GUARD) as sender:
+            workers = WebhookWorkers(
+                wh.pool, sender, drain_config=drain_lane(poll_interval=0.05),
+                delivery_config=delivery_lane(poll_interval=0.05), leader=False,
+                first_attempts=1,
+            )  # fmt: skip
+            await workers.run(drain=True)
+        assert len(gone.requests) == 1
+    assert workers.fan_out.rounds == 1
+    assert await wh.rows(
+        "SELECT enabled FROM outbox_webhook_endpoint WHERE id = %s", endpoint.id
+    ) == [(False,)]
+    assert await wh.rows(
+        "SELECT status, count(*) FROM outbox_webhook_delivery GROUP BY 1 ORDER BY 1"
+    ) == [("failed", 1), ("skipped", 9)]

@@ -21,6 +21,7 @@ from outbox_adapters.http import guard as http_guard
 from outbox_adapters.http import sender as _http_sender
 from outbox_adapters.lanes import consumer as _consumer
 from outbox_adapters.lanes import email as email_lane
+from outbox_adapters.lanes import fresh_targets as _fresh_targets
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.postgres import operator_statements, statements
@@ -453,6 +454,11 @@ async def _fan_out_in_two_transactions(
     )
 
 
+def _keeps_gone_endpoint(self: Any, endpoint_id: int) -> None:
+    """The mutant of FreshTargets.endpoint_gone: the held targets of a gone endpoint stay."""
+    del self, endpoint_id
+
+
 def _fenced_as_a_batch(rows: Any, events: Any, drained: frozenset[int]) -> list[Any]:
     """The mutant of the per-row fence inside a batched fan-out: once any row's mark applied,
     every row of the batch gets its event, a stale one too."""
@@ -482,6 +488,13 @@ MUTANTS += (
         "split it into two transactions (the event commits first)",
         f"{WEBHOOK_FAN_OUT}::test_a_failure_between_the_fan_out_statements_leaves_nothing_and_a_re_drain_makes_one_event",
         (_WebhookRepository, "fan_out_many", _fan_out_in_two_transactions),
+    ),
+    Mutant(
+        "fresh-targets-keep-a-gone-endpoint",
+        "a 410 drops the fan-out round's reads of its endpoint (first attempts re-read it)",
+        "FreshTargets.endpoint_gone drops nothing: later first attempts POST on the old read",
+        f"{WEBHOOK_FAN_OUT_BATCH}::test_after_a_410_the_first_attempts_still_to_come_skip_the_endpoint_not_post_on_an_old_read",
+        (_fresh_targets.FreshTargets, "endpoint_gone", _keeps_gone_endpoint),
     ),
     Mutant(
         "webhook-fan-out-batch-no-row-fence",

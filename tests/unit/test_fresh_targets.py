@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
+import attrs
 import pytest
 
 from outbox_adapters.clock import FakeClock
@@ -13,20 +14,27 @@ from outbox_adapters.lanes.fresh_targets import FreshTargets
 from outbox_core.errors import ConfigurationError
 
 
+@attrs.frozen
+class Target:
+    #: Where it was read: ``round-N`` or ``attempt-N``.
+    read: str
+    endpoint_id: int = 7
+
+
 class Repository:
-    """Targets are strings naming where they were read: ``round-N`` or ``attempt-N``."""
+    """Targets name where they were read; delivery 13's can't be read by the round."""
 
     def __init__(self) -> None:
         self.single: list[int] = []
         self.many: list[list[int]] = []
 
-    async def delivery_target(self, delivery_id: int) -> str:
+    async def delivery_target(self, delivery_id: int) -> Target:
         self.single.append(delivery_id)
-        return f"attempt-{delivery_id}"
+        return Target(f"attempt-{delivery_id}", endpoint_id=delivery_id % 2)
 
-    async def delivery_targets(self, delivery_ids: Sequence[int]) -> Mapping[int, str]:
+    async def delivery_targets(self, delivery_ids: Sequence[int]) -> Mapping[int, Target]:
         self.many.append(list(delivery_ids))
-        return {d: f"round-{d}" for d in delivery_ids if d != 13}  # 13: not readable
+        return {d: Target(f"round-{d}", endpoint_id=d % 2) for d in delivery_ids if d != 13}
 
 
 def targets(
@@ -41,11 +49,11 @@ async def test_a_first_attempt_uses_the_round_s_target_once_and_then_reads_its_o
     fresh, repository, _clock = targets()
     await fresh.prime([1, 2, 13])
     assert repository.many == [[1, 2, 13]]
-    assert await fresh.delivery_target(1) == "round-1"
-    assert await fresh.delivery_target(2) == "round-2"
+    assert (await fresh.delivery_target(1)).read == "round-1"
+    assert (await fresh.delivery_target(2)).read == "round-2"
     assert repository.single == []
-    assert await fresh.delivery_target(1) == "attempt-1"  # used once: a retry reads its own
-    assert await fresh.delivery_target(13) == "attempt-13"  # the round could not read it
+    assert (await fresh.delivery_target(1)).read == "attempt-1"  # used once: a retry reads its own
+    assert (await fresh.delivery_target(13)).read == "attempt-13"  # the round could not read it
     assert repository.single == [1, 13]
     assert fresh.held == 0
 
@@ -54,9 +62,9 @@ async def test_a_target_older_than_max_age_is_read_again() -> None:
     fresh, repository, clock = targets()
     await fresh.prime([1, 2])
     clock.advance(timedelta(seconds=1))
-    assert await fresh.delivery_target(1) == "round-1"  # exactly max_age old: still fresh
+    assert (await fresh.delivery_target(1)).read == "round-1"  # exactly max_age old: still fresh
     clock.advance(timedelta(milliseconds=1))
-    assert await fresh.delivery_target(2) == "attempt-2"
+    assert (await fresh.delivery_target(2)).read == "attempt-2"
     assert repository.single == [2]
 
 
@@ -68,6 +76,16 @@ async def test_targets_no_attempt_took_are_dropped_by_the_next_round() -> None:
     assert fresh.held == 1
     await fresh.prime([])
     assert fresh.held == 1
+
+
+async def test_an_endpoint_that_answered_410_has_its_held_targets_dropped() -> None:
+    fresh, repository, _clock = targets()
+    await fresh.prime([1, 2, 3, 4])
+    fresh.endpoint_gone(1)  # deliveries 1 and 3 go to endpoint 1
+    assert fresh.held == 2
+    assert (await fresh.delivery_target(3)).read == "attempt-3"
+    assert (await fresh.delivery_target(4)).read == "round-4"
+    assert repository.single == [3]
 
 
 def test_max_age_must_be_a_duration_of_zero_or_more() -> None:

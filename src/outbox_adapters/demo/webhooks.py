@@ -65,7 +65,7 @@ class WebhookDemoReport:
             ("its answers", " ".join(str(s) for s in self.gone_requests) or "-"),
             ("endpoint disabled", f"yes ({self.gone_reason})" if self.gone_disabled else "no"),
             ("deliveries", ", ".join(f"{k} {v}" for k, v in sorted(self.by_status.items()))),
-            ("", "(events fanned out after the 410 made no delivery to the disabled endpoint)"),
+            ("", "(a delivery attempted after the 410 was recorded is skipped: endpoint disabled)"),
             ("elapsed", f"{self.elapsed:.2f} s"),
         ]
         width = max(len(label) for label, _ in lines)

@@ -8,7 +8,9 @@ fan-out that wrote the delivery; the round reads them all in one query instead
 ago (1 s by default) is used once and dropped; anything else (a retry, a target older than that,
 one the round could not read) is read from the repository as before. The bound keeps what an
 attempt acts on as fresh as a per-attempt read would: an endpoint disabled, or a secret rotated,
-more than ``max_age`` before the attempt starts is seen by it.
+more than ``max_age`` before the attempt starts is seen by it; and an endpoint that answers 410
+Gone has its held targets dropped at once (:meth:`FreshTargets.endpoint_gone`), so the attempts
+still to come to it read the endpoint's state again instead of POSTing to it on an old read.
 """
 
 from __future__ import annotations
@@ -26,10 +28,15 @@ __all__ = ["DEFAULT_TARGET_AGE", "FreshTargets"]
 DEFAULT_TARGET_AGE: Final = timedelta(seconds=1)
 
 
+class _Target(Protocol):
+    @property
+    def endpoint_id(self) -> int: ...
+
+
 class _Targets(Protocol):
     async def delivery_target(self, delivery_id: int) -> Any: ...  # noqa: ANN401 - the store's target
 
-    async def delivery_targets(self, delivery_ids: Sequence[int]) -> Mapping[int, Any]: ...
+    async def delivery_targets(self, delivery_ids: Sequence[int]) -> Mapping[int, _Target]: ...
 
 
 class FreshTargets:
@@ -44,7 +51,7 @@ class FreshTargets:
         self._clock = clock
         self._max_age = max_age.total_seconds()
         #: delivery id -> (monotonic instant it was read, its target)
-        self._held: dict[int, tuple[float, Any]] = {}
+        self._held: dict[int, tuple[float, _Target]] = {}
 
     async def prime(self, delivery_ids: Sequence[int]) -> None:
         """Read the targets of ``delivery_ids`` in one query and hold them for their attempts."""
@@ -61,6 +68,11 @@ class FreshTargets:
         if held is not None and self._clock.monotonic() - held[0] <= self._max_age:
             return held[1]
         return await self._repository.delivery_target(delivery_id)
+
+    def endpoint_gone(self, endpoint_id: int) -> None:
+        """Drop every held target of ``endpoint_id`` (it answered 410 Gone): the attempts still to
+        come read theirs again and see the endpoint disabled once the 410's mark is written."""
+        self._held = {k: v for k, v in self._held.items() if v[1].endpoint_id != endpoint_id}
 
     @property
     def held(self) -> int:

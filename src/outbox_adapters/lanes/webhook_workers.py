@@ -132,7 +132,9 @@ class WebhookWorkers:
         self.targets = FreshTargets(self.repository, clock=self.clock)
         self.first_attempts = BornRows(
             deliveries,
-            DeliveryHandler(self.targets, sender, clock=self.clock),
+            DeliveryHandler(
+                self.targets, sender, clock=self.clock, on_gone=self.targets.endpoint_gone
+            ),
             delivery_config,
             lease=timing.birth_lease,
             clock=self.clock,

@@ -21,7 +21,7 @@ their tables, with these handlers and :func:`drain_lane` / :func:`delivery_lane`
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
@@ -99,6 +99,9 @@ def delivery_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's
 
 class _Target(Protocol):
     @property
+    def endpoint_id(self) -> int: ...
+
+    @property
     def url(self) -> str: ...
 
     @property
@@ -124,10 +127,19 @@ class TargetStore(Protocol):
 class DeliveryHandler:
     """One signed POST of one delivery (a first attempt, or a retry the retry lane claimed)."""
 
-    def __init__(self, repository: TargetStore, sender: WebhookSender, *, clock: Clock) -> None:
+    def __init__(
+        self,
+        repository: TargetStore,
+        sender: WebhookSender,
+        *,
+        clock: Clock,
+        on_gone: Callable[[int], None] | None = None,
+    ) -> None:
         self._repository = repository
         self._sender = sender
         self._clock = clock
+        #: Told the endpoint of a delivery that answered 410 Gone (FreshTargets.endpoint_gone).
+        self._on_gone = on_gone
 
     async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
         started = self._clock.monotonic()
@@ -153,6 +165,8 @@ class DeliveryHandler:
         outcome = await self._sender.send(
             target.url, headers=headers, body=target.body, budget=timedelta(seconds=left)
         )
+        if outcome.disable_endpoint and self._on_gone is not None:
+            self._on_gone(target.endpoint_id)
         return _redacted(outcome, target.secrets, headers)
 
 
