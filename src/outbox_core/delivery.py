@@ -25,6 +25,7 @@ import attrs
 from outbox_core.errors import IllegalTransition, RequeueRefused
 
 __all__ = [
+    "SCRUBBED_ON_MARK",
     "TERMINAL",
     "TRANSITIONS",
     "Event",
@@ -71,6 +72,11 @@ TRANSITIONS: Final = MappingProxyType(
 #: States no event leaves except an operator's requeue (``failed``) or nothing at all.
 TERMINAL: Final = frozenset({Status.DISPATCHED, Status.SKIPPED, Status.FAILED})
 
+#: The statuses whose mark scrubs the row's secret payload keys in the same write (catalogue C6):
+#: the row was sent or there was nothing to send, so its links and tokens go and it can never be
+#: requeued. A ``failed`` row keeps its whole payload so a requeue sends a complete message.
+SCRUBBED_ON_MARK: Final = frozenset({Status.DISPATCHED, Status.SKIPPED})
+
 
 def transition(state: Status, event: Event) -> Status:
     """The state after ``event``; raises :class:`IllegalTransition` on a table miss."""
@@ -81,7 +87,7 @@ def transition(state: Status, event: Event) -> Status:
 
 
 def _scrubbed_only_when_sent(inst: RowState, _attribute: object, scrubbed: bool) -> None:  # noqa: FBT001
-    if scrubbed and inst.status not in (Status.DISPATCHED, Status.SKIPPED):
+    if scrubbed and inst.status not in SCRUBBED_ON_MARK:
         raise ValueError(f"only a dispatched or skipped row is scrubbed, not a {inst.status} one")
 
 
@@ -107,9 +113,7 @@ def step(state: RowState, event: Event) -> RowState:
     if event is Event.REQUEUE:
         return attrs.evolve(state, status=status, attempts=0)
     # Only pending rows get here, and the mark that makes one dispatched/skipped scrubs it.
-    return attrs.evolve(
-        state, status=status, scrubbed=status in (Status.DISPATCHED, Status.SKIPPED)
-    )
+    return attrs.evolve(state, status=status, scrubbed=status in SCRUBBED_ON_MARK)
 
 
 def check_requeue(status: Status, *, scrubbed: bool) -> None:
@@ -118,7 +122,7 @@ def check_requeue(status: Status, *, scrubbed: bool) -> None:
     Only ``failed`` rows can be requeued, and a failed row keeps its whole payload (C6), so a
     requeue sends a complete message. The refusal says why, in words an operator can act on.
     """
-    if status in (Status.DISPATCHED, Status.SKIPPED) or scrubbed:
+    if status in SCRUBBED_ON_MARK or scrubbed:
         raise RequeueRefused(
             f"the row is {status!s} and its secret fields (links, tokens, attachments) were "
             "scrubbed when it was marked, so it cannot be sent again; send a new message instead"

@@ -16,7 +16,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from outbox_core._validators import aware, optional_aware
-from outbox_core.delivery import Status
+from outbox_core.delivery import SCRUBBED_ON_MARK, Status
 
 __all__ = [
     "MAX_TRACE_CONTEXT",
@@ -179,7 +179,7 @@ def _check_mark(inst: Mark, _attribute: object, _value: object) -> None:
         raise ValueError("a retry mark (status pending) needs retry_delay, and only it has one")
     if inst.retry_delay is not None and inst.retry_delay < timedelta(0):
         raise ValueError(f"retry_delay must not be negative, got {inst.retry_delay!r}")
-    if inst.scrub_keys and status not in (Status.DISPATCHED, Status.SKIPPED):
+    if inst.scrub_keys and status not in SCRUBBED_ON_MARK:
         raise ValueError(
             f"only a dispatched or skipped mark scrubs the payload; a {status} row keeps it whole"
         )

@@ -33,11 +33,11 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from outbox_core._validators import optional_aware, positive
+from outbox_core.envelope import SealedValue
 from outbox_core.mail import OutgoingMail
 from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, RowId
 from outbox_core.operator import FailedReport, LaneStats, PayloadRewrites, StoredRow
 from outbox_core.outcomes import Outcome
-from outbox_core.sealing import SealedValue
 
 __all__ = [
     "BrokerMessage",

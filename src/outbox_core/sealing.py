@@ -1,5 +1,5 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""Sealed payload fields: the envelope format, and which fields are sealed (catalogue B1).
+"""Sealed payload fields: which fields are sealed, sealing and opening them (catalogue B1).
 
 Theory of operation
 -------------------
@@ -24,24 +24,29 @@ A sealed field's value is a JSON object in place of the plaintext value::
   copied into another field or another lane's row does not open. It does not bind the row id,
   because a message is sealed before it has one.
 
-This module is pure: it builds, parses and checks envelopes and decides which values to seal or
-open. The cipher is behind the :class:`~outbox_core.ports.Encryptor` port
+This module is pure: it decides which values to seal or open and builds and checks their
+envelopes (:mod:`outbox_core.envelope` holds the format and :class:`SealedValue`, re-exported here). The cipher is behind the :class:`~outbox_core.ports.Encryptor` port
 (``outbox_adapters.crypto.AesGcmEncryptor``). Only *top-level* payload values are sealed or opened,
 as only top-level keys are scrubbed. Error messages name fields and key ids, never values.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import string
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from outbox_core._validators import key_names
+from outbox_core.envelope import (
+    ENVELOPE_VERSION,
+    NONCE_BYTES,
+    SEALED_MARKER,
+    TAG_BYTES,
+    SealedValue,
+    is_key_id,
+)
 from outbox_core.errors import InvalidPayload
 from outbox_core.scrub import DEFAULT_SECRET_KEYS
 
@@ -63,93 +68,7 @@ __all__ = [
     "reseal",
 ]
 
-#: The key that marks a JSON object as a sealed value.
-SEALED_MARKER: Final = "$sealed"
-#: The envelope version this code writes and reads: AES-256-GCM, 96-bit nonce, 128-bit tag.
-ENVELOPE_VERSION: Final = "v1"
-#: Nonce length of ``v1``, in bytes (96 bits, the size GCM is specified for: NIST SP 800-38D).
-NONCE_BYTES: Final = 12
-#: Authentication tag length of ``v1``, in bytes, appended to the ciphertext.
-TAG_BYTES: Final = 16
-
-_ENVELOPE_KEYS: Final = frozenset({SEALED_MARKER, "kid", "n", "ct"})
-# Key ids travel in the envelope and in ``kid:base64key,...`` key lists, so ':' and ',' are out.
-_KEY_ID_ALPHABET: Final = frozenset(string.ascii_letters + string.digits + "_.-")
 _AAD_CONTEXT: Final = "leased-outbox/sealed-field/v1"
-
-
-def is_key_id(value: object) -> bool:
-    """True for a usable key id: 1 to 64 characters of ``[A-Za-z0-9_.-]``."""
-    return isinstance(value, str) and 1 <= len(value) <= 64 and set(value) <= _KEY_ID_ALPHABET
-
-
-def _key_id(_inst: object, _attribute: object, value: str) -> None:
-    if not is_key_id(value):
-        raise InvalidPayload(
-            f"a sealed value's key id is 1 to 64 characters of [A-Za-z0-9_.-], got {value!r:.80}"
-        )
-
-
-def _nonce(_inst: object, _attribute: object, value: bytes) -> None:
-    if len(value) != NONCE_BYTES:
-        raise InvalidPayload(
-            f"a {ENVELOPE_VERSION} nonce is {NONCE_BYTES} bytes, got {len(value)} bytes"
-        )
-
-
-def _ciphertext(_inst: object, _attribute: object, value: bytes) -> None:
-    if len(value) < TAG_BYTES:
-        raise InvalidPayload(
-            f"a {ENVELOPE_VERSION} ciphertext carries a {TAG_BYTES}-byte tag, got {len(value)} bytes"
-        )
-
-
-@attrs.frozen
-class SealedValue:
-    """One sealed field value: which key sealed it, the nonce, and the ciphertext with its tag."""
-
-    #: The id of the key that sealed it.
-    kid: str = attrs.field(validator=_key_id)
-    #: The 96-bit nonce, fresh for every seal.
-    nonce: bytes = attrs.field(validator=_nonce, repr=False)
-    #: The ciphertext with the 128-bit authentication tag appended.
-    ciphertext: bytes = attrs.field(validator=_ciphertext, repr=False)
-
-    def to_json(self) -> dict[str, str]:
-        """The envelope as it is stored in the payload."""
-        return {
-            SEALED_MARKER: ENVELOPE_VERSION,
-            "kid": self.kid,
-            "n": base64.b64encode(self.nonce).decode("ascii"),
-            "ct": base64.b64encode(self.ciphertext).decode("ascii"),
-        }
-
-    @classmethod
-    def from_json(cls, value: object) -> SealedValue:
-        """Parse a stored envelope; raises :class:`InvalidPayload` saying what is wrong with it."""
-        if not isinstance(value, Mapping):
-            raise InvalidPayload(f"a sealed value is a JSON object, not {type(value).__name__}")
-        if value.get(SEALED_MARKER) != ENVELOPE_VERSION:
-            raise InvalidPayload(
-                f"the sealed value is of version {value.get(SEALED_MARKER)!r:.40}; this version"
-                f" reads {ENVELOPE_VERSION!r}"
-            )
-        if set(value) != _ENVELOPE_KEYS:
-            raise InvalidPayload(
-                f"a sealed value has exactly the keys {sorted(_ENVELOPE_KEYS)}, got"
-                f" {sorted(map(str, value))}"
-            )
-        return cls(kid=value["kid"], nonce=_b64(value, "n"), ciphertext=_b64(value, "ct"))
-
-
-def _b64(envelope: Mapping[str, Any], key: str) -> bytes:
-    text = envelope[key]
-    if not isinstance(text, str):
-        raise InvalidPayload(f"the sealed value's {key!r} is not a base64 string")
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidPayload(f"the sealed value's {key!r} is not valid base64") from None
 
 
 def is_sealed(value: object) -> bool:

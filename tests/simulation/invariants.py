@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from tests.simulation.world import BACKOFF
 
-from outbox_core.delivery import Status
+from outbox_core.delivery import SCRUBBED_ON_MARK, Status
 from outbox_core.scrub import DEFAULT_SECRET_KEYS
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def _check_row(world: World, row: Row) -> None:
         )
     if row.status is Status.DISPATCHED and sent == 0:
         world.violation(f"row {row.id} is dispatched but never reached the peer")
-    if row.status in (Status.DISPATCHED, Status.SKIPPED):
+    if row.status in SCRUBBED_ON_MARK:
         held = sorted(key for key in DEFAULT_SECRET_KEYS if f'"{key}"' in row.payload)
         if held:
             world.violation(f"row {row.id} is {row.status} and holds {', '.join(held)}")

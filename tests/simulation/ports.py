@@ -24,7 +24,7 @@ from tests.simulation.plan import Kind
 
 from outbox_adapters.memory import MemoryLeaderLease, MemoryStore, RecordingMailer
 from outbox_adapters.memory.rows import Row
-from outbox_core.delivery import Status
+from outbox_core.delivery import SCRUBBED_ON_MARK, TERMINAL, Status
 from outbox_core.errors import StoreUnavailable
 from outbox_core.mail import OutgoingMail
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, RowId
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["FaultyLeader", "FaultyMailer", "FaultyStore", "SimLeader", "SimStore"]
 
 T = TypeVar("T")
-_TERMINAL = frozenset({Status.DISPATCHED, Status.SKIPPED, Status.FAILED})
-_SENT = frozenset({Status.DISPATCHED, Status.SKIPPED})
 
 
 class SimStore(MemoryStore):
@@ -64,13 +62,13 @@ class SimStore(MemoryStore):
         result = super()._apply(mark)
         if row is not None and before is not None:
             status, attempts = before
-            if status in _TERMINAL and row.status is not status:
+            if status in TERMINAL and row.status is not status:
                 self.world.violation(f"terminal row {row.id} moved from {status} to {row.status}")
             if row.attempts != attempts:
                 self.world.violation(
                     f"a mark changed row {row.id}'s attempts {attempts} -> {row.attempts}"
                 )
-            if row.status in _SENT and any(
+            if row.status in SCRUBBED_ON_MARK and any(
                 f'"{key}"' in row.payload for key in DEFAULT_SECRET_KEYS
             ):
                 self.world.violation(f"row {row.id} is {row.status} and still holds a secret key")

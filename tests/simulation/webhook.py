@@ -55,7 +55,7 @@ from outbox_adapters.postgres.webhooks.model import DeliveryTarget, FanOut
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime.born import BornRows
 from outbox_core.classify import HttpAttempt, HttpFailure, classify_http
-from outbox_core.delivery import Event, Status
+from outbox_core.delivery import TERMINAL, Event, Status
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import MarkResult
@@ -350,8 +350,7 @@ class WebhookWorld(World):
             self.outbox.enqueue(message)
 
     def _finished(self, producer: asyncio.Task[None]) -> bool:
-        terminal = (Status.DISPATCHED, Status.SKIPPED, Status.FAILED)
-        outbox = all(row.status in terminal for row in self.outbox.all_rows())
+        outbox = all(row.status in TERMINAL for row in self.outbox.all_rows())
         return outbox and super()._finished(producer)
 
     async def main(self) -> None:

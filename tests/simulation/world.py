@@ -34,7 +34,7 @@ from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
 from outbox_adapters.memory import RecordingMailer
 from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_core.backoff import ExponentialBackoff
-from outbox_core.delivery import Status
+from outbox_core.delivery import TERMINAL, Status
 from outbox_core.messages import ClaimedRow, RowId
 from outbox_core.ports import ClaimRequest
 from outbox_core.timing import EmailTiming
@@ -365,8 +365,7 @@ class World:
     def _finished(self, producer: asyncio.Task[None]) -> bool:
         if not producer.done() or self.outage():
             return False
-        terminal = (Status.DISPATCHED, Status.SKIPPED, Status.FAILED)
-        return all(row.status in terminal for row in self.store.all_rows())
+        return all(row.status in TERMINAL for row in self.store.all_rows())
 
     async def main(self) -> None:
         for slot in range(self.slot_count):

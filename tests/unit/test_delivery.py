@@ -11,6 +11,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from outbox_core.delivery import (
+    SCRUBBED_ON_MARK,
     TERMINAL,
     TRANSITIONS,
     Event,
@@ -44,6 +45,11 @@ def test_the_table_is_exactly_the_specification() -> None:
 def test_terminal_states() -> None:
     assert frozenset({Status.DISPATCHED, Status.SKIPPED, Status.FAILED}) == TERMINAL
     assert all(state is Status.FAILED for state, _ in LEGAL if state in TERMINAL)
+
+
+def test_the_statuses_whose_mark_scrubs() -> None:
+    assert frozenset(SCRUBBED_STATUSES) == SCRUBBED_ON_MARK
+    assert SCRUBBED_ON_MARK < TERMINAL
 
 
 @pytest.mark.parametrize(("state", "event"), list(LEGAL), ids=str)

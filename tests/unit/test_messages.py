@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -115,3 +116,24 @@ def test_new_message_validates_lane_payload_and_key() -> None:
     for key in ("", "x" * 201, "tab\there"):
         with pytest.raises(ValueError, match="idempotency key"):
             NewMessage("email", {}, idempotency_key=key)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"status": Status.DISPATCHED, "disable_endpoint": True},
+            "only a failed mark disables an endpoint (HTTP 410 Gone)",
+        ),
+        (
+            {"status": Status.SKIPPED, "reason": "opted out", "recorded": True},
+            "only a dispatched mark can have been recorded by its handler",
+        ),
+    ],
+)
+def test_a_mark_refused_for_its_status_says_exactly_why(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)) as caught:
+        Mark(row_id=1, token=TOKEN, **kwargs)  # type: ignore[arg-type]
+    assert str(caught.value) == message

@@ -242,6 +242,7 @@ def test_a_row_or_message_refuses_a_context_it_may_not_carry() -> None:
     with pytest.raises(ValueError, match="trace context"):
         NewMessage("email", {}, trace_context="")
     assert usable_trace_context("x" * MAX_TRACE_CONTEXT) == "x" * MAX_TRACE_CONTEXT
+    assert usable_trace_context("x") == "x"  # the shortest a row may carry: one character
 
 
 # --- metrics --------------------------------------------------------------------------------------

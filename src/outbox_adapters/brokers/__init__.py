@@ -9,6 +9,7 @@ module                 holds
 :mod:`.nats_consumer`  the JetStream consumer (durable pull, explicit acks)
 :mod:`.kafka`          :class:`KafkaBroker` (aiokafka): producer, declaration, DLQ
 :mod:`.kafka_consumer` the Kafka consumer group (contiguous commits after acks, local retries)
+:mod:`.kafka_config`   :class:`KafkaClientConfig`: the settings every Kafka client is given
 :mod:`.urls`           broker URLs: TLS, credentials, Kafka's SASL
 :mod:`.errors`         the one mapping of nats-py / aiokafka exceptions; :class:`BrokerUnavailable`
 =====================  ========================================================================
@@ -25,6 +26,7 @@ from datetime import timedelta
 
 from outbox_adapters.brokers.errors import BrokerUnavailable
 from outbox_adapters.brokers.kafka import KafkaBroker, KafkaPublisher
+from outbox_adapters.brokers.kafka_config import KafkaClientConfig
 from outbox_adapters.brokers.kafka_consumer import KafkaConsumer
 from outbox_adapters.brokers.nats import NatsBroker, NatsConsumer, NatsPublisher
 from outbox_adapters.brokers.urls import BrokerUrl
@@ -36,6 +38,7 @@ __all__ = [
     "BrokerUrl",
     "DeadLetter",
     "KafkaBroker",
+    "KafkaClientConfig",
     "KafkaConsumer",
     "KafkaPublisher",
     "NatsBroker",

@@ -38,6 +38,7 @@ from outbox_adapters.brokers.errors import (
     operation,
     publish_outcome,
 )
+from outbox_adapters.brokers.kafka_config import KafkaClientConfig
 from outbox_adapters.brokers.kafka_consumer import KafkaConsumer
 from outbox_core.brokers import (
     DLQ_SOURCE,
@@ -76,14 +77,26 @@ class KafkaBroker:
         request_timeout: timedelta = timedelta(seconds=10),
         security: Mapping[str, object] | None = None,
     ) -> None:
-        self.bootstrap = ",".join(bootstrap)
-        #: aiokafka's TLS/SASL keywords (``BrokerUrl.kafka_security``), given to every client.
-        self.security = dict(security or {})
-        self.client_id = client_id
-        self.request_timeout_ms = int(request_timeout.total_seconds() * 1000)
+        #: What every client of this cluster is given (the consumers' too).
+        self.config = KafkaClientConfig(
+            bootstrap=",".join(bootstrap),
+            client_id=client_id,
+            security=security or {},
+            request_timeout_ms=int(request_timeout.total_seconds() * 1000),
+        )
         self._pending = list(streams)
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
+
+    @property
+    def bootstrap(self) -> str:
+        """The bootstrap servers, comma-separated."""
+        return self.config.bootstrap
+
+    @property
+    def security(self) -> Mapping[str, object]:
+        """aiokafka's TLS/SASL keywords (``BrokerUrl.kafka_security``), given to every client."""
+        return self.config.security
 
     async def producer(self) -> AIOKafkaProducer:
         """The started producer (declaring ``streams`` first, on first use)."""
@@ -96,12 +109,9 @@ class KafkaBroker:
                 self._pending.pop(0)
             if self._producer is None:
                 producer = AIOKafkaProducer(
-                    bootstrap_servers=self.bootstrap,
-                    client_id=self.client_id,
-                    **self.security,
+                    **self.config.client_options(),
                     acks="all",
                     enable_idempotence=True,
-                    request_timeout_ms=self.request_timeout_ms,
                     linger_ms=0,
                 )
                 try:
@@ -117,15 +127,10 @@ class KafkaBroker:
         return KafkaPublisher(self)
 
     def consumer(self, group: str, subjects: Sequence[str]) -> KafkaConsumer:
-        return KafkaConsumer(self, group, tuple(subjects))
+        return KafkaConsumer(self.config, group, tuple(subjects))
 
     async def declare(self, spec: StreamSpec) -> None:
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap,
-            client_id=self.client_id,
-            **self.security,
-            request_timeout_ms=self.request_timeout_ms,
-        )
+        admin = AIOKafkaAdminClient(**self.config.client_options())
         topics = (*spec.subjects, *spec.dlq_subjects)
         async with operation(f"declaring Kafka topics {', '.join(topics)}"):
             await admin.start()
@@ -161,7 +166,7 @@ class KafkaBroker:
                 node,
                 CreateTopicsRequest(
                     create_topic_requests=[request(t) for t in new],
-                    timeout=self.request_timeout_ms,
+                    timeout=self.config.request_timeout_ms,
                     validate_only=False,
                 ),
             )
@@ -175,12 +180,7 @@ class KafkaBroker:
     def _reader(self) -> AIOKafkaConsumer:
         """A consumer outside any group (reads positions and records, commits nothing)."""
         return AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            client_id=self.client_id,
-            **self.security,
-            group_id=None,
-            enable_auto_commit=False,
-            request_timeout_ms=self.request_timeout_ms,
+            **self.config.client_options(), group_id=None, enable_auto_commit=False
         )
 
     async def dead_letters(self, topic: str, *, limit: int = 100) -> list[DeadLetter]:
@@ -256,12 +256,7 @@ class KafkaBroker:
     async def lag(self, group: str, subject: str) -> ConsumerLag:
         """The end offsets of ``subject``'s partitions minus ``group``'s committed offsets (a
         partition it never committed counts from its first offset, as the channels start there)."""
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap,
-            client_id=self.client_id,
-            **self.security,
-            request_timeout_ms=self.request_timeout_ms,
-        )
+        admin = AIOKafkaAdminClient(**self.config.client_options())
         reader = self._reader()
         producer = await self.producer()
         async with operation(f"reading the lag of {group} on {subject}"):

@@ -26,7 +26,7 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
@@ -38,11 +38,9 @@ from outbox_adapters.brokers.errors import (
     log,
     operation,
 )
+from outbox_adapters.brokers.kafka_config import KafkaClientConfig
 from outbox_core.brokers import EVENT_ID_HEADER
 from outbox_core.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from outbox_adapters.brokers.kafka import KafkaBroker
 
 __all__ = ["KafkaConsumer", "KafkaMessage", "PartitionOffsets"]
 
@@ -125,7 +123,7 @@ class KafkaConsumer:
 
     def __init__(
         self,
-        broker: KafkaBroker,
+        config: KafkaClientConfig,
         group: str,
         subjects: tuple[str, ...],
         *,
@@ -133,7 +131,8 @@ class KafkaConsumer:
     ) -> None:
         if not subjects:
             raise ConfigurationError(f"consumer group {group!r} needs at least one topic")
-        self.broker = broker
+        #: The cluster's client settings (``KafkaBroker.config``).
+        self.config = config
         self.group = group
         self.subjects = subjects
         self.max_in_flight = max_in_flight
@@ -179,13 +178,10 @@ class KafkaConsumer:
 
     async def _start(self) -> AIOKafkaConsumer:
         client = AIOKafkaConsumer(
-            bootstrap_servers=self.broker.bootstrap,
-            client_id=self.broker.client_id,
-            **self.broker.security,
+            **self.config.client_options(),
             group_id=self.group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            request_timeout_ms=self.broker.request_timeout_ms,
             max_poll_records=100,
         )
         client.subscribe(list(self.subjects), listener=_Listener(self))

@@ -2,7 +2,9 @@
 
 Explicit ack and ``nak(delay)``; the delivery count is JetStream's (``num_delivered``), so it
 survives restarts; a message not acked within the broker's ``ack_wait`` is redelivered. The broker
-(:class:`~outbox_adapters.brokers.nats.NatsBroker`) connects and declares; this module consumes.
+(:class:`~outbox_adapters.brokers.nats.NatsBroker`) connects and declares; this module consumes,
+through what :class:`JetStreamSource` says a consumer needs of it (so it does not import the broker's
+module, which imports this one).
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import nats.errors
+import nats.js
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
@@ -28,10 +31,7 @@ from outbox_adapters.brokers.errors import (
 from outbox_core.brokers import EVENT_ID_HEADER
 from outbox_core.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from outbox_adapters.brokers.nats import NatsBroker
-
-__all__ = ["MSG_ID", "NatsConsumer", "NatsMessage"]
+__all__ = ["MSG_ID", "JetStreamSource", "NatsConsumer", "NatsMessage"]
 
 MSG_ID = "Nats-Msg-Id"
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -45,6 +45,26 @@ def _public_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
 def durable_name(group: str, subject: str) -> str:
     """The JetStream durable consumer of ``group`` on ``subject``."""
     return _UNSAFE_NAME.sub("_", f"{group}--{subject}")
+
+
+class JetStreamSource(Protocol):
+    """What a consumer needs of its broker (:class:`~outbox_adapters.brokers.nats.NatsBroker`)."""
+
+    #: How long JetStream waits for an ack before it redelivers.
+    ack_wait: timedelta
+
+    @property
+    def closed(self) -> bool:
+        """No live connection: a consumer binds again on the next one."""
+        ...
+
+    async def jetstream(self) -> nats.js.JetStreamContext:
+        """The JetStream context, connecting (and declaring) on first use."""
+        ...
+
+    async def stream_of(self, subject: str) -> str:
+        """The stream that stores ``subject``."""
+        ...
 
 
 class NatsMessage:
@@ -87,7 +107,7 @@ class NatsConsumer:
     """``ports.Consumer`` of one group: a durable pull consumer per subject, explicit acks."""
 
     def __init__(
-        self, broker: NatsBroker, group: str, subjects: tuple[str, ...], *, batch: int = 10
+        self, broker: JetStreamSource, group: str, subjects: tuple[str, ...], *, batch: int = 10
     ) -> None:
         if not subjects:
             raise ConfigurationError(f"consumer group {group!r} needs at least one subject")

@@ -8,7 +8,7 @@ from typing import Final
 
 import attrs
 
-from outbox_adapters.demo.events import EventDemoReport
+from outbox_adapters.demo.event_report import EventDemoReport
 from outbox_adapters.demo.webhooks import WebhookDemoReport
 from outbox_core.backoff import SlotSchedule
 

@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox_adapters.feed.replies import error, principal_scope
+from outbox_adapters.feed.replies import ServedFeed, error, principal_scope
 from outbox_adapters.feed.stream import StreamEndpoint
 from outbox_adapters.postgres.channels.feed import Cursor, Scope
 from outbox_core.errors import StoreUnavailable
-
-if TYPE_CHECKING:
-    from outbox_adapters.feed.app import Feed
 
 __all__ = ["routes"]
 
@@ -45,7 +42,7 @@ def _quoted(value: str) -> str:
     return repr(value if len(value) <= _QUOTE else value[:_QUOTE] + "...")
 
 
-def _limit(feed: Feed, request: Request) -> int | str:
+def _limit(feed: ServedFeed, request: Request) -> int | str:
     """The page size asked for, or the 400 message saying why it can't be."""
     most = feed.settings.max_page_size
     raw = request.query_params.get("limit")
@@ -56,10 +53,10 @@ def _limit(feed: Feed, request: Request) -> int | str:
     return f"limit must be a whole number from 1 to {most}, got {_quoted(raw)}"
 
 
-Handler = Callable[["Feed", Request, Scope], Awaitable[Response]]
+Handler = Callable[[ServedFeed, Request, Scope], Awaitable[Response]]
 
 
-def _scoped(feed: Feed, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+def _scoped(feed: ServedFeed, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     """``handler`` called with the principal's scope: 401 without a principal, 503 without the
     database."""
 
@@ -75,7 +72,7 @@ def _scoped(feed: Feed, handler: Handler) -> Callable[[Request], Awaitable[Respo
     return endpoint
 
 
-async def _page(feed: Feed, request: Request, scope: Scope) -> Response:
+async def _page(feed: ServedFeed, request: Request, scope: Scope) -> Response:
     limit = _limit(feed, request)
     if isinstance(limit, str):
         return error(400, limit)
@@ -95,22 +92,22 @@ async def _page(feed: Feed, request: Request, scope: Scope) -> Response:
     )
 
 
-async def _unread(feed: Feed, _request: Request, scope: Scope) -> Response:
+async def _unread(feed: ServedFeed, _request: Request, scope: Scope) -> Response:
     return JSONResponse({"unread": await feed.store.unread(scope)})
 
 
-async def _mark_one(feed: Feed, request: Request, scope: Scope) -> Response:
+async def _mark_one(feed: ServedFeed, request: Request, scope: Scope) -> Response:
     notification_id: int = request.path_params["notification_id"]
     if not await feed.store.mark_read(scope, notification_id):
         return error(404, f"no notification {notification_id} in this feed")
     return Response(status_code=204)
 
 
-async def _mark_all(feed: Feed, _request: Request, scope: Scope) -> Response:
+async def _mark_all(feed: ServedFeed, _request: Request, scope: Scope) -> Response:
     return JSONResponse({"marked": await feed.store.mark_all_read(scope)})
 
 
-def routes(feed: Feed) -> list[Route]:
+def routes(feed: ServedFeed) -> list[Route]:
     """The routes of ``feed``, to mount where the host likes (``Mount("/feed", feed.app)``)."""
     return [
         Route("/notifications", _scoped(feed, _page), methods=["GET"]),

@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 
-from outbox_adapters.feed.replies import error, principal_scope
+from outbox_adapters.feed.replies import ServedFeed, error, principal_scope
 from outbox_adapters.wakeup import LaneWakeup
-
-if TYPE_CHECKING:
-    from outbox_adapters.feed.app import Feed
 
 __all__ = ["PING", "REFRESH", "StreamEndpoint", "StreamSignal"]
 
@@ -77,7 +74,7 @@ class StreamSignal(LaneWakeup):
 class StreamEndpoint:
     """``GET /stream`` as a plain ASGI app (the response is the stream itself)."""
 
-    def __init__(self, feed: Feed) -> None:
+    def __init__(self, feed: ServedFeed) -> None:
         self._feed = feed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -101,7 +98,7 @@ class StreamEndpoint:
 
 
 async def _stream(
-    feed: Feed, signal: StreamSignal, send: Send, receive: Receive, cap: float
+    feed: ServedFeed, signal: StreamSignal, send: Send, receive: Receive, cap: float
 ) -> None:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()

@@ -76,7 +76,7 @@ from outbox_adapters.store_rules import (
 from outbox_adapters.telemetry.tracing import producing
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.decide import event_for
-from outbox_core.delivery import Event, Status, check_requeue
+from outbox_core.delivery import SCRUBBED_ON_MARK, Event, Status, check_requeue
 from outbox_core.errors import ConfigurationError, RequeueRefused
 from outbox_core.lease import fence_admits, lease_expires_at
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId, check_lane_name
@@ -295,7 +295,7 @@ class MemoryStore(MemoryOperatorReads):
                 row.resolved_at = now
             # The scrub, in the same step as the status change (catalogue C6).
             row.payload = patched(scrubbed(row.payload, mark.scrub_keys), mark.payload_patch)
-            if mark.status in (Status.DISPATCHED, Status.SKIPPED):
+            if mark.status in SCRUBBED_ON_MARK:
                 row.scrubbed_at = now
             row.updated_at = now
         elif (known := self._rows.get(coerce_row_id(mark.row_id))) is not None:

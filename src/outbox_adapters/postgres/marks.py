@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Table
 
 from outbox_adapters.store_rules import coerce_row_id
-from outbox_core.delivery import Status
+from outbox_core.delivery import SCRUBBED_ON_MARK
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import Mark
 
@@ -27,9 +27,6 @@ __all__ = [
     "sent_params",
     "text_array",
 ]
-
-#: The statuses a lean mark (``MARK_SENT``) can write: the row is resolved and its secrets go.
-_SENT = frozenset({Status.DISPATCHED, Status.SKIPPED})
 
 
 def mark_params(mark: Mark) -> dict[str, Any]:
@@ -50,7 +47,7 @@ def sent_params(mark: Mark) -> dict[str, Any] | None:
     """``MARK_SENT``'s parameters when ``mark`` is the common kind (dispatched or skipped, no
     payload patch), else ``None``: the mark takes ``MARK``. Neither status can disable an endpoint
     or carry a retry delay (the core's ``Mark`` refuses both)."""
-    if mark.status not in _SENT or mark.payload_patch:
+    if mark.status not in SCRUBBED_ON_MARK or mark.payload_patch:
         return None
     return {
         "id": coerce_row_id(mark.row_id),
