@@ -28,7 +28,6 @@ Endpoints, secrets, health and the report are in :mod:`.endpoints`. Every method
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,16 +39,20 @@ from outbox_adapters.postgres.errors import mapped_outages
 from outbox_adapters.postgres.marks import mark_params
 from outbox_adapters.postgres.webhooks import statements
 from outbox_adapters.postgres.webhooks.endpoints import EndpointOps, _all, _one
-from outbox_adapters.postgres.webhooks.model import (
+from outbox_adapters.postgres.webhooks.tables import DELIVERY_LANE, outbox_webhook
+from outbox_adapters.webhook_model import (
     DeliveryTarget,
     FanOut,
     Replay,
-    WebhookRefused,
     event_body,
     event_of,
     new_msg_id,
+    receives,
+    refused_disabled,
+    refused_no_endpoint,
+    refused_no_event,
+    refused_unsubscribed,
 )
-from outbox_adapters.postgres.webhooks.tables import DELIVERY_LANE, outbox_webhook
 from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, usable_trace_context
 from outbox_core.payload import decode_payload
 from outbox_core.signing import WebhookSecret
@@ -202,7 +205,7 @@ class WebhookRepository(EndpointOps):
             async with conn.transaction():
                 source = await _one(conn, statements.EVENT, {"id": event_id})
                 if source is None:
-                    raise WebhookRefused(f"there is no webhook event {event_id}")
+                    raise refused_no_event(event_id)
                 await self._check_replay_target(conn, source["event_type"], endpoint_id)
                 clone = await _one(
                     conn, statements.OPEN_REPLAY, {"replay_of": event_id, "scope": scope}
@@ -244,24 +247,16 @@ class WebhookRepository(EndpointOps):
     ) -> None:
         if endpoint_id is None:
             endpoints = await _all(conn, statements.ENDPOINTS, {})
-            if not any(_receives(e, event_type) for e in endpoints):
-                raise WebhookRefused(
-                    f"no enabled endpoint subscribes to {event_type!r}; nothing to replay to"
-                )
+            if not any(e["enabled"] and receives(e["event_types"], event_type) for e in endpoints):
+                raise refused_unsubscribed(None, event_type)
             return
         endpoint = await _one(conn, statements.ENDPOINT, {"id": endpoint_id})
         if endpoint is None:
-            raise WebhookRefused(f"there is no webhook endpoint {endpoint_id}")
+            raise refused_no_endpoint(endpoint_id)
         if not endpoint["enabled"]:
-            raise WebhookRefused(
-                f"webhook endpoint {endpoint_id} is disabled"
-                f" ({endpoint['disabled_reason'] or 'no reason given'});"
-                " enable it first (outbox endpoints enable), then replay"
-            )
-        if not _receives({**endpoint, "enabled": True}, event_type):
-            raise WebhookRefused(
-                f"webhook endpoint {endpoint_id} does not subscribe to {event_type!r}"
-            )
+            raise refused_disabled(endpoint_id, endpoint["disabled_reason"])
+        if not receives(endpoint["event_types"], event_type):
+            raise refused_unsubscribed(endpoint_id, event_type)
 
     @mapped_outages
     async def replay_failed(
@@ -281,11 +276,9 @@ class WebhookRepository(EndpointOps):
             async with self._pool.connection() as conn:
                 endpoint = await _one(conn, statements.ENDPOINT, {"id": endpoint_id})
             if endpoint is None:
-                raise WebhookRefused(f"there is no webhook endpoint {endpoint_id}")
+                raise refused_no_endpoint(endpoint_id)
             if not endpoint["enabled"]:
-                raise WebhookRefused(
-                    f"webhook endpoint {endpoint_id} is disabled; enable it first, then replay"
-                )
+                raise refused_disabled(endpoint_id, None, replay_failed=True)
         async with self._pool.connection() as conn:
             pairs = await _all(
                 conn,
@@ -303,8 +296,3 @@ class WebhookRepository(EndpointOps):
             )
             for event, endpoint in dict.fromkeys((p["event_id"], p["endpoint_id"]) for p in pairs)
         ]
-
-
-def _receives(endpoint: Mapping[str, Any], event_type: str) -> bool:
-    types = endpoint["event_types"]
-    return bool(endpoint["enabled"]) and (event_type in types or "*" in types)
