@@ -49,7 +49,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.memory.operator import MemoryOperatorReads
@@ -114,7 +114,9 @@ class MemoryStore(MemoryOperatorReads):
         #: :func:`~outbox_adapters.memory.ordering.event_key`); ``None``: due time, then id, like
         #: every other queue table.
         self._ordered_by = ordered_by
-        self._lock = threading.Lock()
+        #: Re-entrant: a webhook repository over this store works under its lock and writes rows
+        #: through the store's own steps (``_write``), which take it again.
+        self._lock = threading.RLock()
         self._rows: dict[int, Row] = {}
         self._keys: dict[tuple[str, str], int] = {}
         self._next_id = 1
@@ -125,6 +127,8 @@ class MemoryStore(MemoryOperatorReads):
         self._wakeups = WakeupHub()
         #: Stale marks per lane (PostgreSQL: ``outbox_stale_marks``).
         self._stale: dict[str, int] = {}
+        #: Set by :meth:`serve_endpoints`: what disables the endpoint of a delivery row.
+        self._disable_endpoint: Callable[[int, str | None], None] | None = None
         #: Switch it off to simulate an outage: every operation then raises
         #: :class:`~outbox_core.errors.StoreUnavailable`, as PostgresStore does when the database
         #: can't be reached, and nothing is read or written.
@@ -219,27 +223,30 @@ class MemoryStore(MemoryOperatorReads):
             now = self._clock.now() if request.now is None else request.now
             due = self._due(request, now)
             expires = lease_expires_at(now, request.lease)
-            claimed: list[ClaimedRow] = []
-            for row in due:
-                row.take(Event.CLAIM)
-                row.next_attempt_at = expires
-                row.claim_token = request.token
-                row.claimed_at = now
-                row.updated_at = self._clock.now()
-                claimed.append(
-                    ClaimedRow(
-                        id=row.id,
-                        lane=row.lane,
-                        payload=decoded(row.payload),
-                        attempts=row.attempts,
-                        token=request.token,
-                        lease_expires_at=expires,
-                        created_at=row.created_at,
-                        trace_context=row.trace_context,
-                    )
-                )
+            claimed = [self._claim(row, request.token, now=now, expires=expires) for row in due]
             self.stats.claimed_rows += len(claimed)
         return claimed
+
+    def _claim(
+        self, row: Row, token: ClaimToken, *, now: datetime, expires: datetime
+    ) -> ClaimedRow:
+        """Claim ``row`` under ``token`` until ``expires`` (the caller holds the lock): the claim's
+        attempt, lease stamp and token, as ``CLAIM`` sets them."""
+        row.take(Event.CLAIM)
+        row.next_attempt_at = expires
+        row.claim_token = token
+        row.claimed_at = now
+        row.updated_at = self._clock.now()
+        return ClaimedRow(
+            id=row.id,
+            lane=row.lane,
+            payload=decoded(row.payload),
+            attempts=row.attempts,
+            token=token,
+            lease_expires_at=expires,
+            created_at=row.created_at,
+            trace_context=row.trace_context,
+        )
 
     def _due(self, request: ClaimRequest, now: datetime) -> list[Row]:
         if self._ordered_by is not None:  # the event outbox's per-key claim
@@ -264,7 +271,7 @@ class MemoryStore(MemoryOperatorReads):
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
         await asyncio.sleep(0)
         self._check_available("mark_if_pending")
-        _refuse_disable([mark])
+        self._refuse_disable([mark])
         with self._lock:
             return self._apply(mark)
 
@@ -272,7 +279,7 @@ class MemoryStore(MemoryOperatorReads):
         await asyncio.sleep(0)
         self._check_available("mark_many")
         check_distinct_rows(marks)
-        _refuse_disable(marks)
+        self._refuse_disable(marks)
         with self._lock:  # one step for the lot, as one statement is on PostgreSQL
             return [self._apply(mark) for mark in marks]
 
@@ -280,6 +287,10 @@ class MemoryStore(MemoryOperatorReads):
         """Apply one mark if the fence admits it (the caller holds the lock)."""
         row = self._fenced_row(mark.row_id, mark.token)
         if row is not None:
+            if mark.disable_endpoint and self._disable_endpoint is not None:
+                # In the mark's own step, before its writes: the endpoint goes with the applied
+                # failure, or (if disabling it fails) neither does.
+                self._disable_endpoint(row.id, mark.reason)
             now = self._clock.now()
             row.take(event_for(mark))
             row.last_error = mark.reason
@@ -342,6 +353,50 @@ class MemoryStore(MemoryOperatorReads):
         log_requeued(_log, requeued, request.actor)
         return RequeueResult(requeued=tuple(requeued), refused=refused)
 
+    # --- webhook deliveries -------------------------------------------------------------------------
+
+    def serve_endpoints(self, disable: Callable[[int, str | None], None]) -> None:
+        """Make this store the webhook deliveries' table: a failed mark asking to disable its
+        endpoint (HTTP 410 Gone, ``Mark.disable_endpoint``) is then taken, and once it applied,
+        ``disable(row_id, reason)`` runs under the store's lock in the mark's own step, as
+        PostgreSQL's mark of ``outbox_webhook_delivery`` disables the endpoint in its transaction.
+        :class:`~outbox_adapters.memory.MemoryWebhookRepository` installs it on its deliveries."""
+        with self._lock:
+            self._disable_endpoint = disable
+
+    def _born(
+        self,
+        lane: str,
+        payload: str,
+        *,
+        lease: timedelta,
+        token: ClaimToken | None,
+        trace_context: str | None,
+    ) -> tuple[int, ClaimedRow | None]:
+        """Write a row claimed at birth under ``token`` until ``now + lease`` (the caller holds
+        the lock; PostgreSQL: ``BORN_DELIVERIES``); with no token, a row due at ``now + lease``,
+        no attempt counted. Its id, and the claimed row (``None`` without a token)."""
+        now = self._clock.now()
+        result = self._write(
+            lane, payload, key=None, not_before=now + lease, now=now, trace_context=trace_context
+        )
+        row = self._rows[int(result.row_id)]
+        if token is None:
+            return row.id, None
+        return row.id, self._claim(row, token, now=now, expires=now + lease)
+
+    def _refuse_disable(self, marks: Sequence[Mark]) -> None:
+        """A store that serves no webhook endpoints refuses a mark asking to disable one, as
+        PostgreSQL refuses it on a queue table without ``endpoint_id``, before anything is
+        written."""
+        if self._disable_endpoint is None and any(mark.disable_endpoint for mark in marks):
+            raise ConfigurationError(
+                "a mark asks to disable its webhook endpoint (HTTP 410), but this memory store"
+                " serves no webhook endpoints; only the deliveries store of a webhook repository"
+                " (MemoryWebhookRepository) or the webhook deliveries table on PostgreSQL takes"
+                " such a mark"
+            )
+
     # --- helpers ----------------------------------------------------------------------------------
 
     def _fenced_row(self, row_id: RowId, token: ClaimToken) -> Row | None:
@@ -372,13 +427,3 @@ class MemoryStore(MemoryOperatorReads):
         row.last_error = None
         row.resolved_at = None
         row.updated_at = now
-
-
-def _refuse_disable(marks: Sequence[Mark]) -> None:
-    """This store has no webhook endpoints: a mark asking to disable one is refused, as
-    PostgreSQL refuses it on a queue table without ``endpoint_id``, before anything is written."""
-    if any(mark.disable_endpoint for mark in marks):
-        raise ConfigurationError(
-            "a mark asks to disable its webhook endpoint (HTTP 410), but the memory store has no"
-            " webhook endpoints; only the webhook deliveries table on PostgreSQL takes such a mark"
-        )
