@@ -53,6 +53,7 @@ __all__ = [
     "check_overlap",
     "check_owner",
     "check_reason",
+    "check_replay_target",
     "check_window",
     "event_body",
     "event_of",
@@ -281,6 +282,25 @@ class Endpoint:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Endpoint:
         return cls(**{**record, "event_types": tuple(record["event_types"])})
+
+
+def check_replay_target(
+    event_type: str, endpoint_id: int | None, endpoints: Sequence[Endpoint]
+) -> None:
+    """Refuse a replay of an ``event_type`` event with the reason (:class:`WebhookRefused`):
+    ``endpoints`` are every endpoint (``endpoint_id`` None: at least one enabled must take the
+    type) or the one asked for (none: it doesn't exist; it must be enabled and take the type)."""
+    if endpoint_id is None:
+        if not any(e.enabled and receives(e.event_types, event_type) for e in endpoints):
+            raise refused_unsubscribed(None, event_type)
+        return
+    endpoint = next((e for e in endpoints if e.id == endpoint_id), None)
+    if endpoint is None:
+        raise refused_no_endpoint(endpoint_id)
+    if not endpoint.enabled:
+        raise refused_disabled(endpoint_id, endpoint.disabled_reason)
+    if not receives(endpoint.event_types, event_type):
+        raise refused_unsubscribed(endpoint_id, event_type)
 
 
 @attrs.frozen

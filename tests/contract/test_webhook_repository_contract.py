@@ -29,7 +29,7 @@ from tests.support.webhooks import BIRTH, new_secret, token
 from outbox_adapters.webhook_model import DELIVERY_LANE, WEBHOOK_LANE, Endpoint, WebhookRefused
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError, InvalidMessage
-from outbox_core.messages import ClaimedRow, Mark, NewMessage
+from outbox_core.messages import ClaimedRow, Mark, NewMessage, RowId
 from outbox_core.ports import MarkResult
 from outbox_core.signing import WebhookSecret
 
@@ -43,13 +43,15 @@ NOT_EVENTS = (
 
 
 async def mark(wh, via: str, m: Mark) -> MarkResult:
+    result: MarkResult
     if via == "mark_if_pending":
-        return await wh.deliveries.mark_if_pending(m)
-    (result,) = await wh.deliveries.mark_many([m])
+        result = await wh.deliveries.mark_if_pending(m)
+    else:
+        (result,) = await wh.deliveries.mark_many([m])
     return result
 
 
-async def status_of(store, row_id: int) -> tuple[Status, str | None]:
+async def status_of(store, row_id: RowId) -> tuple[Status, str | None]:
     stored = await store.get(row_id)
     assert stored is not None
     return stored.status, stored.claim_token
@@ -316,6 +318,7 @@ async def test_the_marks_patch_the_status_code_and_snippet_into_the_payload_and_
     assert (await wh.repo.deliveries(endpoint_id=group.endpoint_ids[0])).by_status == {
         Status.FAILED: 1
     }
+    assert isinstance(born.payload, dict)
     assert born.payload == {
         "event_id": born.payload["event_id"],
         "endpoint_id": group.endpoint_ids[0],

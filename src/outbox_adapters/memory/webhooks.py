@@ -49,13 +49,13 @@ from outbox_adapters.webhook_model import (
     DeliveryTarget,
     FanOut,
     Replay,
+    check_replay_target,
     event_body,
     event_of,
     new_msg_id,
     receives,
     refused_disabled,
     refused_no_event,
-    refused_unsubscribed,
 )
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
@@ -245,7 +245,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             source = self._events.get(event_id)
             if source is None:
                 raise refused_no_event(event_id)
-            self._check_replay_target(source.event_type, endpoint_id)
+            check_replay_target(source.event_type, endpoint_id, list(self._endpoints.values()))
             clone = next(
                 (
                     e
@@ -293,19 +293,6 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             made = self._born_deliveries(clone, clone.replay_scope, birth_lease, birth_token)
             self._events[clone_id] = attrs.evolve(clone, replay_completed_at=now)
         return made
-
-    def _check_replay_target(self, event_type: str, endpoint_id: int | None) -> None:
-        if endpoint_id is None:
-            if not any(
-                e.enabled and receives(e.event_types, event_type) for e in self._endpoints.values()
-            ):
-                raise refused_unsubscribed(None, event_type)
-            return
-        endpoint = self._endpoint(endpoint_id)
-        if not endpoint.enabled:
-            raise refused_disabled(endpoint_id, endpoint.disabled_reason)
-        if not receives(endpoint.event_types, event_type):
-            raise refused_unsubscribed(endpoint_id, event_type)
 
     async def replay_failed(
         self,

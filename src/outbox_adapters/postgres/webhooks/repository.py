@@ -42,16 +42,16 @@ from outbox_adapters.postgres.webhooks.endpoints import EndpointOps, _all, _one
 from outbox_adapters.postgres.webhooks.tables import DELIVERY_LANE, outbox_webhook
 from outbox_adapters.webhook_model import (
     DeliveryTarget,
+    Endpoint,
     FanOut,
     Replay,
+    check_replay_target,
     event_body,
     event_of,
     new_msg_id,
-    receives,
     refused_disabled,
     refused_no_endpoint,
     refused_no_event,
-    refused_unsubscribed,
 )
 from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark, usable_trace_context
 from outbox_core.payload import decode_payload
@@ -245,18 +245,13 @@ class WebhookRepository(EndpointOps):
     async def _check_replay_target(
         self, conn: AsyncConnection[Any], event_type: str, endpoint_id: int | None
     ) -> None:
-        if endpoint_id is None:
-            endpoints = await _all(conn, statements.ENDPOINTS, {})
-            if not any(e["enabled"] and receives(e["event_types"], event_type) for e in endpoints):
-                raise refused_unsubscribed(None, event_type)
-            return
-        endpoint = await _one(conn, statements.ENDPOINT, {"id": endpoint_id})
-        if endpoint is None:
-            raise refused_no_endpoint(endpoint_id)
-        if not endpoint["enabled"]:
-            raise refused_disabled(endpoint_id, endpoint["disabled_reason"])
-        if not receives(endpoint["event_types"], event_type):
-            raise refused_unsubscribed(endpoint_id, event_type)
+        query, params = (
+            (statements.ENDPOINTS, {})
+            if endpoint_id is None
+            else (statements.ENDPOINT, {"id": endpoint_id})
+        )
+        endpoints = [Endpoint.from_record(r) for r in await _all(conn, query, params)]
+        check_replay_target(event_type, endpoint_id, endpoints)
 
     @mapped_outages
     async def replay_failed(
