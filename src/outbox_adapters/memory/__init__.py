@@ -21,6 +21,7 @@ module                 holds
                        over the webhook outbox's and the deliveries' :class:`MemoryStore` s:
                        fan-out (one row or a batch, born-leased deliveries), targets, replay;
                        the deliveries store then takes the 410 mark
+:mod:`.deliveries`     the store's side as the deliveries table: rows born claimed, the 410 mark
 :mod:`.webhook_endpoints`  its endpoint side: endpoints, secrets and rotation, disable/enable
                        with what was missed, the health sweep and its notice, the report;
                        :class:`WebhookEvent`, an event as the repository holds it

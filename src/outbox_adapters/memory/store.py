@@ -49,9 +49,10 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from outbox_adapters.clock import SystemClock
+from outbox_adapters.memory.deliveries import MemoryDeliveryRows
 from outbox_adapters.memory.operator import MemoryOperatorReads
 from outbox_adapters.memory.ordering import in_key_order
 from outbox_adapters.memory.rows import (
@@ -77,7 +78,7 @@ from outbox_adapters.telemetry.tracing import producing
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.decide import event_for
 from outbox_core.delivery import Event, Status, check_requeue
-from outbox_core.errors import ConfigurationError, RequeueRefused
+from outbox_core.errors import RequeueRefused
 from outbox_core.lease import fence_admits, lease_expires_at
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId, check_lane_name
 from outbox_core.operator import (
@@ -98,7 +99,7 @@ __all__ = ["MemoryStore"]
 _log = logging.getLogger(__name__)
 
 
-class MemoryStore(MemoryOperatorReads):
+class MemoryStore(MemoryOperatorReads, MemoryDeliveryRows):
     """:class:`outbox_core.ports.OutboxStore` in memory, with PostgresStore's semantics.
 
     ``clock`` supplies the time wherever PostgreSQL would use its own ``now()`` (a
@@ -352,50 +353,6 @@ class MemoryStore(MemoryOperatorReads):
                     requeued.append(wanted.get(row.id, row.id))
         log_requeued(_log, requeued, request.actor)
         return RequeueResult(requeued=tuple(requeued), refused=refused)
-
-    # --- webhook deliveries -------------------------------------------------------------------------
-
-    def serve_endpoints(self, disable: Callable[[int, str | None], None]) -> None:
-        """Make this store the webhook deliveries' table: a failed mark asking to disable its
-        endpoint (HTTP 410 Gone, ``Mark.disable_endpoint``) is then taken, and once it applied,
-        ``disable(row_id, reason)`` runs under the store's lock in the mark's own step, as
-        PostgreSQL's mark of ``outbox_webhook_delivery`` disables the endpoint in its transaction.
-        :class:`~outbox_adapters.memory.MemoryWebhookRepository` installs it on its deliveries."""
-        with self._lock:
-            self._disable_endpoint = disable
-
-    def _born(
-        self,
-        lane: str,
-        payload: str,
-        *,
-        lease: timedelta,
-        token: ClaimToken | None,
-        trace_context: str | None,
-    ) -> tuple[int, ClaimedRow | None]:
-        """Write a row claimed at birth under ``token`` until ``now + lease`` (the caller holds
-        the lock; PostgreSQL: ``BORN_DELIVERIES``); with no token, a row due at ``now + lease``,
-        no attempt counted. Its id, and the claimed row (``None`` without a token)."""
-        now = self._clock.now()
-        result = self._write(
-            lane, payload, key=None, not_before=now + lease, now=now, trace_context=trace_context
-        )
-        row = self._rows[int(result.row_id)]
-        if token is None:
-            return row.id, None
-        return row.id, self._claim(row, token, now=now, expires=now + lease)
-
-    def _refuse_disable(self, marks: Sequence[Mark]) -> None:
-        """A store that serves no webhook endpoints refuses a mark asking to disable one, as
-        PostgreSQL refuses it on a queue table without ``endpoint_id``, before anything is
-        written."""
-        if self._disable_endpoint is None and any(mark.disable_endpoint for mark in marks):
-            raise ConfigurationError(
-                "a mark asks to disable its webhook endpoint (HTTP 410), but this memory store"
-                " serves no webhook endpoints; only the deliveries store of a webhook repository"
-                " (MemoryWebhookRepository) or the webhook deliveries table on PostgreSQL takes"
-                " such a mark"
-            )
 
     # --- helpers ----------------------------------------------------------------------------------
 
