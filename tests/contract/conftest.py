@@ -1,6 +1,7 @@
 """The contract suite's harness: ONE suite, run against every store and leader lease.
 
-Each contract test takes ``harness`` (or ``leader``), which is parametrised over the in-memory
+Each contract test takes ``harness`` (or ``leader``, or ``wh`` for the webhook repository:
+tests/support/webhook_contract.py), which is parametrised over the in-memory
 adapters and PostgreSQL (the latter marked ``integration``), so the same cases prove the same
 promises for both and the shipped fake cannot drift from the real store.
 
@@ -23,8 +24,10 @@ A store harness offers:
 PostgreSQL runs three times: on the e-mail outbox table (``postgres``), on a second queue table
 built by ``queue_table()`` with a column of its own (``other-table``), which proves the store's SQL
 is one template for every queue table, and on the webhook deliveries table (``deliveries``: its
-legacy NULL-due claim branch, its endpoint column), where the generic behaviour must hold as well. It gets the schema once per session (in the session's own database,
-from the ``postgres_dsn`` fixture) and empty tables before each test.
+legacy NULL-due claim branch, its endpoint column), where the generic behaviour must hold as well.
+It gets the schema once per session (in the session's own database, from the ``postgres_dsn``
+fixture) and empty tables before each test. Memory runs twice too (``memory-deliveries``: the
+deliveries store of a ``MemoryWebhookRepository``, which takes the 410 mark).
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import BigInteger, Column, MetaData, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
+from tests.support.webhook_contract import MemoryWebhooks, PostgresWebhooks, webhook_harness
 
 from outbox_adapters.clock import FakeClock
-from outbox_adapters.memory import MemoryLeaderLease, MemoryStore
+from outbox_adapters.memory import MemoryLeaderLease, MemoryStore, MemoryWebhookRepository
 from outbox_adapters.postgres import schema
 from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.leader import PostgresLeaderLease
@@ -64,6 +68,7 @@ BACKENDS = [
     pytest.param("postgres", marks=pytest.mark.integration),
     pytest.param("other-table", marks=pytest.mark.integration),
     pytest.param("deliveries", marks=pytest.mark.integration),
+    "memory-deliveries",
 ]
 
 #: A second queue table, as the webhook deliveries or event outbox tables will be: the queue
@@ -89,11 +94,14 @@ def contract_dsn(postgres_dsn: str) -> str:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> tuple[str, Table] | None:
-    """``None`` for the in-memory adapters; for PostgreSQL a DSN (schema applied, tables empty) and
-    the queue table under test."""
+def backend(request: pytest.FixtureRequest) -> tuple[str, Table] | str | None:
+    """``None`` for the in-memory adapters (``"memory-deliveries"``: the deliveries store of a
+    ``MemoryWebhookRepository``); for PostgreSQL a DSN (schema applied, tables empty) and the queue
+    table under test."""
     if request.param == "memory":
         return None
+    if request.param == "memory-deliveries":
+        return "memory-deliveries"
     dsn: str = request.getfixturevalue("contract_dsn")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
@@ -106,11 +114,17 @@ def backend(request: pytest.FixtureRequest) -> tuple[str, Table] | None:
 
 class MemoryHarness:
     name = "memory"
+    #: Whether the store takes a mark that disables its webhook endpoint (HTTP 410).
+    takes_endpoints = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, deliveries: bool = False) -> None:
         self.clock = FakeClock(CLOCK_START)
         self.store = MemoryStore(self.clock)
         self.now = self.clock.now() + HEADROOM
+        if deliveries:  # the deliveries store of a webhook repository, as the simulator runs it
+            self.name = "memory-deliveries"
+            self.takes_endpoints = True
+            self.repository = MemoryWebhookRepository(MemoryStore(self.clock), self.store)
 
     async def enqueue(self, message: NewMessage) -> EnqueueResult:
         return self.store.enqueue(message)
@@ -149,6 +163,7 @@ class PostgresHarness:
             outbox_webhook_delivery.name: "deliveries",
         }.get(table.name, "postgres")
         self.store = PostgresStore(pool, table=table)
+        self.takes_endpoints = "endpoint_id" in table.c
         self.now = now
         #: Pools of store_unavailable(), closed after the test.
         self.closed_pools: list[AsyncConnectionPool[Any]] = []
@@ -222,9 +237,9 @@ def _pool(dsn: str) -> AsyncConnectionPool[Any]:
 
 
 @pytest.fixture
-async def harness(backend: tuple[str, Table] | None) -> AsyncIterator[Harness]:
-    if backend is None:
-        yield MemoryHarness()
+async def harness(backend: tuple[str, Table] | str | None) -> AsyncIterator[Harness]:
+    if backend is None or isinstance(backend, str):
+        yield MemoryHarness(deliveries=backend is not None)
         return
     dsn, table = backend
     async with _pool(dsn) as pool:
@@ -267,3 +282,12 @@ async def leader(leader_backend: str | None) -> AsyncIterator[LeaderHarness]:
         return
     async with _pool(leader_backend) as pool:
         yield LeaderHarness("postgres", PostgresLeaderLease(pool, monotonic=clock.monotonic), clock)
+
+
+@pytest.fixture(params=BACKENDS[:2])
+async def wh(request: pytest.FixtureRequest) -> AsyncIterator[MemoryWebhooks | PostgresWebhooks]:
+    """A webhook repository and its two stores (tests/support/webhook_contract.py): the in-memory
+    one, and PostgreSQL's on the session's database with every table emptied."""
+    dsn = None if request.param == "memory" else request.getfixturevalue("contract_dsn")
+    async with webhook_harness(dsn) as made:
+        yield made

@@ -1,6 +1,7 @@
 """The disable-endpoint mark (HTTP 410 Gone, ``Mark.disable_endpoint``) on every store: a store
-whose rows have no endpoint refuses it before writing anything; the webhook deliveries table takes
-it as the failed mark it is (its endpoint side is tested in tests/integration/test_webhook_fan_out.py).
+whose rows have no endpoint refuses it before writing anything; the webhook deliveries table (and
+the deliveries store of a ``MemoryWebhookRepository``) takes it as the failed mark it is, for a row
+with no endpoint too (its endpoint side: tests/contract/test_webhook_repository_contract.py).
 """
 
 from __future__ import annotations
@@ -15,10 +16,6 @@ from outbox_core.messages import Mark, NewMessage
 from outbox_core.ports import MarkResult
 
 
-def takes_endpoints(h) -> bool:
-    return getattr(h, "table", None) is not None and "endpoint_id" in h.table.c
-
-
 @VIA
 async def test_a_disable_endpoint_mark_is_refused_where_rows_have_no_endpoint_else_it_fails_the_row(
     harness, via
@@ -26,7 +23,7 @@ async def test_a_disable_endpoint_mark_is_refused_where_rows_have_no_endpoint_el
     row_id = int((await harness.enqueue(NewMessage("email", {"to": "a@example.org"}))).row_id)
     row = await claim_one(harness, row_id)
     mark = attrs.evolve(Mark.failed(row, "HTTP 410 Gone"), disable_endpoint=True)
-    if not takes_endpoints(harness):
+    if not harness.takes_endpoints:
         with pytest.raises(ConfigurationError, match="disable its webhook endpoint"):
             await apply(harness, via, mark)
         stored = await harness.store.get(row_id)

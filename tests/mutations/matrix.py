@@ -410,6 +410,8 @@ MUTANTS += (
 
 WEBHOOK_FAN_OUT = "tests/integration/test_webhook_fan_out.py"
 WEBHOOK_FAN_OUT_BATCH = "tests/integration/test_webhook_fan_out_batch.py"
+#: The repository's semantics: one contract suite for PostgreSQL and the in-memory repository.
+WEBHOOK_CONTRACT = "tests/contract/test_webhook_repository_contract.py"
 
 
 def _replace_in(module: Any, name: str, old: str, new: str) -> tuple[object, str, object]:
@@ -472,14 +474,14 @@ MUTANTS += (
         "webhook-born-lease-null",
         "born-leased delivery rows",
         "create them with a NULL due time (the legacy claim branch takes them at once)",
-        f"{WEBHOOK_FAN_OUT}::test_the_retry_claim_cannot_take_a_delivery_inside_its_birth_lease_and_takes_it_after",
+        f"{WEBHOOK_CONTRACT}::test_the_retry_claim_cannot_take_a_delivery_inside_its_birth_lease_and_takes_it_after[postgres]",
         _webhook_replace("BORN_DELIVERIES", "now() + %(birth_lease)s::interval,", "NULL,"),
     ),
     Mutant(
         "webhook-born-lease-now",
         "born-leased delivery rows",
         "create them due now (no birth lease)",
-        f"{WEBHOOK_FAN_OUT}::test_the_retry_claim_cannot_take_a_delivery_inside_its_birth_lease_and_takes_it_after",
+        f"{WEBHOOK_CONTRACT}::test_the_retry_claim_cannot_take_a_delivery_inside_its_birth_lease_and_takes_it_after[postgres]",
         _webhook_replace("BORN_DELIVERIES", "now() + %(birth_lease)s::interval,", "now(),"),
     ),
     Mutant(
@@ -507,7 +509,7 @@ MUTANTS += (
         "webhook-delivery-mark-no-token-fence",
         "claim-token fence on delivery marks",
         "drop AND claim_token = :token (MARK, as the deliveries' store renders it)",
-        f"{WEBHOOK_FAN_OUT}::test_the_first_attempt_s_late_mark_after_the_retry_worker_reclaimed_the_delivery_is_stale[mark_if_pending]",
+        f"{WEBHOOK_CONTRACT}::test_the_first_attempt_s_late_mark_after_the_retry_worker_reclaimed_the_delivery_is_stale[postgres-mark_if_pending]",
         _replace("MARK", "  AND claim_token = %(token)s\n", ""),
     ),
 )

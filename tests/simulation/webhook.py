@@ -6,12 +6,13 @@ pool): the REAL drainer (``runtime.Worker`` + :class:`~outbox_adapters.lanes.web
 (:class:`~outbox_adapters.runtime.born.BornRows`) of the deliveries each fan-out wrote born
 leased; the REAL retry worker (``Worker`` + :class:`~outbox_adapters.lanes.webhooks.DeliveryHandler`,
 :func:`delivery_lane`); drainer and retries leader-gated or not, first attempts never. The
-repository is modelled here (:meth:`WebhookWorld.fan_out`: in one step, as its one transaction,
-the outbox row's fenced dispatched mark, then a delivery per enabled endpoint, born leased:
-``attempts = 1``, the birth token, due at the birth lease's end; a refused fence writes nothing),
-and so is the deliveries table's 410 mark (:class:`SimDeliveryStore`: the failed mark and the
-endpoint's disable in one step). The fan-out and the target read are faulted database calls; the
-sender's answers go through the REAL ``classify_http`` as ``HttpxWebhookSender``'s do: 2xx; 4xx
+repository is the REAL shipped one, :class:`~outbox_adapters.memory.MemoryWebhookRepository`, over
+the world's :class:`SimStore` s (the webhook outbox and the deliveries), which is contract-tested
+against PostgreSQL's: its fan-out (one step, as its one transaction: the outbox row's fenced
+dispatched mark through the store's one compare-and-set, then a delivery per enabled endpoint,
+born leased; a refused fence writes nothing) and the deliveries store's 410 mark (the failed mark
+and the endpoint's disable in one step). Each repository call (``fan_out``, ``fan_out_many``,
+``delivery_target``) is one faulted database call (:class:`FaultyRepository`); the sender's answers go through the REAL ``classify_http`` as ``HttpxWebhookSender``'s do: 2xx; 4xx
 (a rejection, 429 with Retry-After, or 410 Gone); 5xx (500: may have been processed; 503 with
 Retry-After); a hang until the attempt's budget cuts it; or the request processed and the answer
 lost (reset, or silence until the deadline). Node faults as in the e-mail world.
@@ -24,20 +25,22 @@ whole budget, the rows waiting for a slot are given back to the retry lane); 1 t
 Invariants, besides the e-mail world's over the deliveries (no delivery lost, duplicate bound,
 fence, terminal states absorb, attempts never decrease, one leader acting at every retry POST):
 
-- each outbox row is fanned out at most once, and a dispatched one exactly once; none is lost;
-- each (event, endpoint) has at most one delivery, and the deliveries are those the fan-outs wrote;
-- a delivery skipped for its disabled endpoint belongs to an endpoint a 410 disabled.
+- each outbox row is fanned out at most once, and a dispatched one exactly once (the
+  repository's events by source row); none is lost;
+- each (event, endpoint) has at most one delivery, and every delivery row is one the repository
+  wrote for an (event, endpoint);
+- a delivery skipped for its disabled endpoint belongs to an endpoint a 410 disabled (the
+  repository's endpoint, disabled with the 410's reason).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Final
 
-import attrs
 from tests.simulation.plan import Kind, Plan
 from tests.simulation.ports import FaultyLeader, FaultyStore, SimStore, _Port
 from tests.simulation.vloop import VirtualLoop
@@ -51,15 +54,15 @@ from outbox_adapters.lanes.webhooks import (
     delivery_lane,
     drain_lane,
 )
-from outbox_adapters.postgres.webhooks.model import DeliveryTarget, FanOut
+from outbox_adapters.memory import MemoryWebhookRepository
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime.born import BornRows
+from outbox_adapters.webhook_model import DeliveryTarget, Endpoint, FanOut
 from outbox_core.classify import HttpAttempt, HttpFailure, classify_http
-from outbox_core.delivery import TERMINAL, Event, Status
-from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
+from outbox_core.delivery import TERMINAL, Status
+from outbox_core.messages import ClaimedRow, ClaimToken, NewMessage
 from outbox_core.outcomes import Outcome
-from outbox_core.ports import MarkResult
-from outbox_core.signing import WebhookSecret
+from outbox_core.signing import HEADER_ID, WebhookSecret
 from outbox_core.webhook_timing import FanOutTiming, WebhookTiming
 
 __all__ = ["WebhookWorld"]
@@ -74,54 +77,6 @@ _FAN_OUT: Final = FanOutTiming(
 )  # fmt: skip
 
 
-class SimDeliveryStore(SimStore):
-    """The deliveries table: a failed mark asking for it disables the delivery's endpoint in the
-    same step, as the PostgreSQL mark of ``outbox_webhook_delivery`` does (the shipped memory
-    store refuses such a mark: it has no endpoints)."""
-
-    def __init__(self, world: WebhookWorld) -> None:
-        super().__init__(world)
-        self.webhooks = world
-
-    async def mark_if_pending(self, mark: Mark) -> MarkResult:
-        await asyncio.sleep(0)
-        self._check_available("mark_if_pending")
-        with self._lock:
-            return self._apply_disabling(mark)
-
-    async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:
-        await asyncio.sleep(0)
-        self._check_available("mark_many")
-        with self._lock:
-            return [self._apply_disabling(mark) for mark in marks]
-
-    def born(self, key: str, payload: str, *, lease: timedelta, token: ClaimToken) -> ClaimedRow:
-        """Write one delivery born leased: ``attempts = 1``, the birth token, due at the lease's
-        end (the fan-out's INSERT); the caller holds both stores still (one transaction)."""
-        result = self._write(DELIVERY_LANE, payload, key=key, not_before=None, now=None)
-        row = self._rows[int(result.row_id)]
-        if not result.created:  # the unique (event, endpoint) index would abort the transaction
-            self.world.violation(f"a second delivery {key} was written")
-        now = self._clock.now()
-        row.take(Event.CLAIM)
-        row.next_attempt_at = now + lease
-        row.claim_token = token
-        row.claimed_at = now
-        return ClaimedRow(
-            id=row.id, lane=row.lane, payload=json.loads(payload), attempts=row.attempts,
-            token=token, lease_expires_at=row.next_attempt_at, created_at=row.created_at,
-        )  # fmt: skip
-
-    def _apply_disabling(self, mark: Mark) -> MarkResult:
-        result = self._apply(attrs.evolve(mark, disable_endpoint=False))
-        if result is MarkResult.APPLIED and mark.disable_endpoint:
-            endpoint = self.webhooks.endpoint_of(int(mark.row_id))
-            self.webhooks.enabled[endpoint] = False
-            self.webhooks.gone.add(endpoint)
-            self.webhooks.trace("disabled", endpoint)
-        return result
-
-
 class SimOutbox(SimStore):
     """The webhook outbox table; its row ids start far above the deliveries', so that what the
     world counts per delivery (requests, excuses) never mixes with an outbox row."""
@@ -130,36 +85,39 @@ class SimOutbox(SimStore):
         super().__init__(world)
         self._next_id = _OUTBOX_IDS
 
-    def apply_now(self, mark: Mark) -> bool:
-        """Apply ``mark`` if the fence admits it, in the caller's step."""
-        with self._lock:
-            return self._apply(mark) is MarkResult.APPLIED
-
 
 class FaultyRepository(_Port):
-    """The repository for one node: ``fan_out`` (one transaction) and ``delivery_target`` (one
-    read), each a faulted database call over the shared state."""
+    """The shared :class:`MemoryWebhookRepository` for one node: ``fan_out``, ``fan_out_many``
+    (each one transaction) and ``delivery_target`` (one read), each a faulted database call."""
 
     def __init__(self, world: WebhookWorld, node: Node) -> None:
         super().__init__(world, node)
-        self.webhooks = world
+        self.inner = world.repository
+
+    async def fan_out(
+        self, row: ClaimedRow, *, birth_lease: timedelta, birth_token: ClaimToken
+    ) -> FanOut:
+        (fan_out,) = await self.fan_out_many(
+            [row], birth_lease=birth_lease, birth_token=birth_token
+        )
+        return fan_out
 
     async def fan_out_many(
         self, rows: Sequence[ClaimedRow], *, birth_lease: timedelta, birth_token: ClaimToken
     ) -> tuple[FanOut, ...]:
         async def run() -> tuple[FanOut, ...]:
             self.node.tokens.add(birth_token.value)
-            return tuple(
-                self.webhooks.fan_out(row, lease=birth_lease, token=birth_token) for row in rows
+            made = await self.inner.fan_out_many(
+                rows, birth_lease=birth_lease, birth_token=birth_token
             )
+            for row, fan_out in zip(rows, made, strict=True):
+                self.world.trace("fanned out", row.id, *(d.id for d in fan_out.deliveries))
+            return made
 
         return await self._call("fan_out", run, rows=[row.id for row in rows], write=True)
 
     async def delivery_target(self, delivery_id: int) -> DeliveryTarget | None:
-        async def run() -> DeliveryTarget | None:
-            return self.webhooks.target(delivery_id)
-
-        return await self._call("target", run)
+        return await self._call("target", lambda: self.inner.delivery_target(delivery_id))
 
 
 class FaultyWebhookSender(_Port):
@@ -174,8 +132,8 @@ class FaultyWebhookSender(_Port):
     async def send(
         self, url: str, *, headers: Mapping[str, str], body: bytes, budget: timedelta
     ) -> Outcome:
-        del headers
-        attempt = await self._attempt(self.webhooks.row_of(url, body), budget)
+        del body
+        attempt = await self._attempt(self.webhooks.row_of(url, headers), budget)
         return classify_http(attempt, now=self.node.clock.now())
 
     async def _attempt(self, row: int, budget: timedelta) -> HttpAttempt:
@@ -209,17 +167,14 @@ class FaultyWebhookSender(_Port):
 class WebhookWorld(World):
     """The webhook processes on the shared outbox, deliveries and endpoints (module docstring)."""
 
+    #: Deliveries have no idempotency key (as on PostgreSQL): one per (event, endpoint) instead.
+    keyed_rows = False
+
     def __init__(self, plan: Plan, loop: VirtualLoop) -> None:
         super().__init__(plan, loop)
-        self.store = self.hooks = SimDeliveryStore(self)
         self.outbox = SimOutbox(self)
-        #: endpoint -> enabled; the endpoints a 410 disabled; delivery row -> (event, endpoint).
-        self.enabled = dict.fromkeys(range(self.endpoints), True)
-        self.gone: set[int] = set()
-        self.pairs: dict[int, tuple[int, int]] = {}
-        #: outbox row -> how many fan-outs of it committed; the deliveries they promised.
-        self.fanned: dict[int, int] = {}
-        self.promised = 0
+        #: The shipped repository over the two tables; the endpoints are added as the run starts.
+        self.repository = MemoryWebhookRepository(self.outbox, self.store)
 
     def _draw_shape(self) -> None:
         rng = self.rng
@@ -253,51 +208,15 @@ class WebhookWorld(World):
             f" events={self.events}"
         )
 
-    # --- the repository's side ------------------------------------------------------------------
+    # --- what the receiver sees ------------------------------------------------------------------
 
-    def fan_out(self, row: ClaimedRow, *, lease: timedelta, token: ClaimToken) -> FanOut:
-        """The fan-out transaction, as ``WebhookRepository.fan_out`` runs it: the outbox row's
-        fenced dispatched mark; refused, nothing is written; else a born-leased delivery per
-        enabled endpoint. One step: nothing else runs between its writes."""
-        mark = Mark(row_id=row.id, token=row.token, status=Status.DISPATCHED)
-        if not self.outbox.apply_now(mark):
-            return FanOut(marked=False)
-        self.fanned[int(row.id)] = self.fanned.get(int(row.id), 0) + 1
-        event = int(json.loads(self.outbox.row(int(row.id)).payload)["data"]["n"])
-        deliveries = []
-        for endpoint, enabled in self.enabled.items():
-            if not enabled:
-                continue
-            self.promised += 1
-            payload = json.dumps({"event": event, "endpoint": endpoint})
-            born = self.hooks.born(
-                f"delivery-{event}-{endpoint}", payload, lease=lease, token=token
-            )
-            self.pairs[int(born.id)] = (event, endpoint)
-            deliveries.append(born)
-        self.trace("fanned out", row.id, *(d.id for d in deliveries))
-        return FanOut(
-            marked=True, event_id=event, msg_id=f"msg_{event}", deliveries=tuple(deliveries)
-        )
-
-    def endpoint_of(self, delivery: int) -> int:
-        return self.pairs[delivery][1]
-
-    def target(self, delivery: int) -> DeliveryTarget | None:
-        pair = self.pairs.get(delivery)
-        if pair is None:
-            return None
-        event, endpoint = pair
-        return DeliveryTarget(
-            delivery_id=delivery, event_id=event, endpoint_id=endpoint,
-            url=f"https://hooks.example.org/{endpoint}", enabled=self.enabled[endpoint],
-            secrets=(_SECRET,), msg_id=f"msg_{event}", event_type="order.placed",
-            body=json.dumps({"event": event, "delivery": delivery}).encode(),
-        )  # fmt: skip
-
-    def row_of(self, url: str, body: bytes) -> int:
-        del url
-        return int(json.loads(body)["delivery"])
+    def row_of(self, url: str, headers: Mapping[str, str]) -> int:
+        """The delivery a request is for: its endpoint (the URL's last part) and its event (the
+        ``webhook-id``), as the repository recorded them."""
+        endpoint = int(url.rsplit("/", 1)[1])
+        (event,) = [e.id for e in self.repository.events() if e.msg_id == headers[HEADER_ID]]
+        by_pair = {pair: row for row, pair in self.repository.delivery_refs().items()}
+        return by_pair[event, endpoint]
 
     def delivered(self, node: Node, row: int, *, ambiguous: bool, gated: bool = True) -> None:
         if gated:
@@ -354,28 +273,43 @@ class WebhookWorld(World):
         return outbox and super()._finished(producer)
 
     async def main(self) -> None:
+        for n in range(self.endpoints):
+            await self.repository.add_endpoint(
+                f"https://hooks.example.org/{n + 1}", ["order.placed"], secret=_SECRET.to_text()
+            )
         await super().main()
-        self.messages = self.promised
+        self.messages = len(self.repository.delivery_refs())
 
     def check_webhook_end(self) -> None:
+        refs = self.repository.delivery_refs()
+        endpoints = {e.id: e for e in self._endpoints()}
         seen: dict[tuple[int, int], int] = {}
         for row in self.store.all_rows():
-            payload = json.loads(row.payload)
-            pair = (int(payload["event"]), int(payload["endpoint"]))
+            pair = refs.get(row.id)
+            if pair is None:
+                self.violation(f"delivery row {row.id} was not written by a fan-out")
+                continue
             if pair in seen:
                 self.violation(f"event {pair[0]} has deliveries {seen[pair]} and {row.id}")
             seen[pair] = row.id
-            if row.status is Status.SKIPPED and pair[1] not in self.gone:
+            endpoint = endpoints[pair[1]]
+            if row.status is Status.SKIPPED and (
+                endpoint.enabled or "410" not in (endpoint.disabled_reason or "")
+            ):
                 self.violation(f"delivery {row.id} skipped, its endpoint {pair[1]} never gone")
+        fanned = Counter(e.source_outbox_id for e in self.repository.events())
         back_by = self.db_clock.now() + timedelta(seconds=self.lease) + 2 * BACKOFF.cap
         for row in self.outbox.all_rows():
-            fanned = self.fanned.get(row.id, 0)
-            if fanned > 1:
-                self.violation(f"outbox row {row.id} fanned out {fanned} times")
-            if row.status is Status.DISPATCHED and not fanned:
+            if fanned[row.id] > 1:
+                self.violation(f"outbox row {row.id} fanned out {fanned[row.id]} times")
+            if row.status is Status.DISPATCHED and not fanned[row.id]:
                 self.violation(f"outbox row {row.id} is dispatched and was never fanned out")
             if row.status is Status.PENDING and row.next_attempt_at > back_by:
                 self.violation(f"outbox row {row.id} is pending, due only at {row.next_attempt_at}")
+
+    def _endpoints(self) -> list[Endpoint]:
+        # Read in place: the run is over, and a call through the loop would let tasks run on.
+        return list(self.repository._endpoints.values())
 
 
 async def _process(

@@ -132,6 +132,9 @@ class Node:
 class World:
     """The shared fakes, the worker slots, the plan's faults, and what was seen."""
 
+    #: Every row of ``store`` carries an idempotency key of its own (checked at the end).
+    keyed_rows = True
+
     def __init__(self, plan: Plan, loop: VirtualLoop) -> None:
         self.plan = plan
         self.loop = loop

@@ -1,6 +1,9 @@
 """Steps the webhook tests share: a repository and stores on one pool, endpoints, a drained event.
 
-Reads go around the repository (plain SQL), so a test checks what PostgreSQL holds.
+:class:`WebhookSteps` are the steps that only go through the repository and the stores, so the
+contract suite's in-memory harness (tests/support/webhook_contract.py) has them too; the
+PostgreSQL :class:`Webhooks` adds the host's enqueue and plain SQL reads (``rows``), so a test
+checks what PostgreSQL holds.
 """
 
 from __future__ import annotations
@@ -54,21 +57,23 @@ def new_secret() -> str:
     return WebhookSecret.generate_from(secrets.token_bytes(32)).to_text()
 
 
-@attrs.define
-class Webhooks:
-    pool: AsyncConnectionPool[Any]
-    repo: WebhookRepository
-    outbox: PostgresStore
-    deliveries: PostgresStore
+class WebhookSteps:
+    """Steps through the repository and the two stores alone (every backend has them)."""
 
-    async def endpoint(self, *types: str, url: str = "https://hooks.example/in", **kw: Any) -> int:
-        made = await self.repo.add_endpoint(url, list(types), secret=new_secret(), **kw)
-        return made.id
+    repo: Any
+    outbox: Any
+    deliveries: Any
+    #: The secret each endpoint was registered with, by endpoint id.
+    secrets: dict[int, str]
 
     async def enqueue(self, event_type: str = "invoice.paid", **data: Any) -> int:
-        async with self.pool.connection() as conn, conn.transaction():
-            result = await enqueue_webhook_async(conn, event_type, data or {"invoice": 7})
-        return int(result.row_id)
+        raise NotImplementedError
+
+    async def endpoint(self, *types: str, url: str = "https://hooks.example/in", **kw: Any) -> int:
+        secret = new_secret()
+        made = await self.repo.add_endpoint(url, list(types), secret=secret, **kw)
+        self.secrets[made.id] = secret
+        return int(made.id)
 
     async def claim_outbox(self, *, now: Any = None) -> list[ClaimedRow]:
         request = ClaimRequest(lane=WEBHOOK_LANE, limit=10, lease=LEASE, token=token(), now=now)
@@ -86,7 +91,22 @@ class Webhooks:
         """Enqueue one event, claim it and fan it out (born token of its own)."""
         await self.enqueue(event_type, **data)
         (row,) = await self.claim_outbox()
-        return await self.repo.fan_out(row, birth_lease=BIRTH, birth_token=token())
+        fan_out: FanOut = await self.repo.fan_out(row, birth_lease=BIRTH, birth_token=token())
+        return fan_out
+
+
+@attrs.define
+class Webhooks(WebhookSteps):
+    pool: AsyncConnectionPool[Any]
+    repo: WebhookRepository
+    outbox: PostgresStore
+    deliveries: PostgresStore
+    secrets: dict[int, str] = attrs.Factory(dict)
+
+    async def enqueue(self, event_type: str = "invoice.paid", **data: Any) -> int:
+        async with self.pool.connection() as conn, conn.transaction():
+            result = await enqueue_webhook_async(conn, event_type, data or {"invoice": 7})
+        return int(result.row_id)
 
     async def rows(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         async with self.pool.connection() as conn:

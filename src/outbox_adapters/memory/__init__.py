@@ -1,4 +1,5 @@
-"""In-memory adapters for tests (catalogue A11): a store, a leader lease, a recording mailer.
+"""In-memory adapters for tests (catalogue A11): a store, a leader lease, a recording mailer, the
+webhook repository.
 
 They are shipped for host applications' tests as much as for ours. :class:`MemoryStore` has the
 semantics of :class:`outbox_adapters.postgres.store.PostgresStore`, statement for statement, and the
@@ -16,6 +17,14 @@ module                 holds
 :mod:`.stamps`         the time a write is stamped with (the caller's ``now`` or the clock's)
 :mod:`.channels`       :class:`MemoryRecipientRows` and :class:`MemoryParkLedger`, the consumer
                        channels' rows and parking ledger over a :class:`MemoryStore`
+:mod:`.webhooks`       :class:`MemoryWebhookRepository`, ``postgres.webhooks.WebhookRepository``
+                       over the webhook outbox's and the deliveries' :class:`MemoryStore` s:
+                       fan-out (one row or a batch, born-leased deliveries), targets, replay;
+                       the deliveries store then takes the 410 mark
+:mod:`.deliveries`     the store's side as the deliveries table: rows born claimed, the 410 mark
+:mod:`.webhook_endpoints`  its endpoint side: endpoints, secrets and rotation, disable/enable
+                       with what was missed, the health sweep and its notice, the report;
+                       :class:`WebhookEvent`, an event as the repository holds it
 =====================  ==========================================================================
 
 The value types the store answers with (:class:`StoredRow`, :class:`FailedReport`, ...) are the
@@ -34,6 +43,7 @@ from outbox_adapters.memory.recording import (
     Scripted,
 )
 from outbox_adapters.memory.store import MemoryStore
+from outbox_adapters.memory.webhooks import MemoryWebhookRepository, WebhookEvent
 from outbox_adapters.store_rules import MAX_PAYLOAD_BYTES, NO_SUCH_ROW
 from outbox_core.operator import (
     AuditEntry,
@@ -61,10 +71,12 @@ __all__ = [
     "MemoryPublisher",
     "MemoryRecipientRows",
     "MemoryStore",
+    "MemoryWebhookRepository",
     "PayloadRewrites",
     "RecordingHandler",
     "RecordingMailer",
     "Scripted",
     "StoreStats",
     "StoredRow",
+    "WebhookEvent",
 ]

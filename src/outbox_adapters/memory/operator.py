@@ -25,7 +25,7 @@ class MemoryOperatorReads:
     """Operator reads and the payload rewrite over the rows a ``MemoryStore`` holds."""
 
     _clock: Clock
-    _lock: threading.Lock
+    _lock: threading.RLock
     _rows: dict[int, Row]
     #: Stale marks per lane (PostgreSQL: ``outbox_stale_marks``).
     _stale: dict[str, int]

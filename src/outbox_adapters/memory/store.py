@@ -52,6 +52,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from outbox_adapters.clock import SystemClock
+from outbox_adapters.memory.deliveries import MemoryDeliveryRows
 from outbox_adapters.memory.operator import MemoryOperatorReads
 from outbox_adapters.memory.ordering import in_key_order
 from outbox_adapters.memory.rows import (
@@ -77,7 +78,7 @@ from outbox_adapters.telemetry.tracing import producing
 from outbox_adapters.wakeup import LaneWakeup, WakeupHub
 from outbox_core.decide import event_for
 from outbox_core.delivery import SCRUBBED_ON_MARK, Event, Status, check_requeue
-from outbox_core.errors import ConfigurationError, RequeueRefused
+from outbox_core.errors import RequeueRefused
 from outbox_core.lease import fence_admits, lease_expires_at
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage, RowId, check_lane_name
 from outbox_core.operator import (
@@ -98,7 +99,7 @@ __all__ = ["MemoryStore"]
 _log = logging.getLogger(__name__)
 
 
-class MemoryStore(MemoryOperatorReads):
+class MemoryStore(MemoryOperatorReads, MemoryDeliveryRows):
     """:class:`outbox_core.ports.OutboxStore` in memory, with PostgresStore's semantics.
 
     ``clock`` supplies the time wherever PostgreSQL would use its own ``now()`` (a
@@ -114,7 +115,9 @@ class MemoryStore(MemoryOperatorReads):
         #: :func:`~outbox_adapters.memory.ordering.event_key`); ``None``: due time, then id, like
         #: every other queue table.
         self._ordered_by = ordered_by
-        self._lock = threading.Lock()
+        #: Re-entrant: a webhook repository over this store works under its lock and writes rows
+        #: through the store's own steps (``_write``), which take it again.
+        self._lock = threading.RLock()
         self._rows: dict[int, Row] = {}
         self._keys: dict[tuple[str, str], int] = {}
         self._next_id = 1
@@ -125,6 +128,8 @@ class MemoryStore(MemoryOperatorReads):
         self._wakeups = WakeupHub()
         #: Stale marks per lane (PostgreSQL: ``outbox_stale_marks``).
         self._stale: dict[str, int] = {}
+        #: Set by :meth:`serve_endpoints`: what disables the endpoint of a delivery row.
+        self._disable_endpoint: Callable[[int, str | None], None] | None = None
         #: Switch it off to simulate an outage: every operation then raises
         #: :class:`~outbox_core.errors.StoreUnavailable`, as PostgresStore does when the database
         #: can't be reached, and nothing is read or written.
@@ -219,27 +224,30 @@ class MemoryStore(MemoryOperatorReads):
             now = self._clock.now() if request.now is None else request.now
             due = self._due(request, now)
             expires = lease_expires_at(now, request.lease)
-            claimed: list[ClaimedRow] = []
-            for row in due:
-                row.take(Event.CLAIM)
-                row.next_attempt_at = expires
-                row.claim_token = request.token
-                row.claimed_at = now
-                row.updated_at = self._clock.now()
-                claimed.append(
-                    ClaimedRow(
-                        id=row.id,
-                        lane=row.lane,
-                        payload=decoded(row.payload),
-                        attempts=row.attempts,
-                        token=request.token,
-                        lease_expires_at=expires,
-                        created_at=row.created_at,
-                        trace_context=row.trace_context,
-                    )
-                )
+            claimed = [self._claim(row, request.token, now=now, expires=expires) for row in due]
             self.stats.claimed_rows += len(claimed)
         return claimed
+
+    def _claim(
+        self, row: Row, token: ClaimToken, *, now: datetime, expires: datetime
+    ) -> ClaimedRow:
+        """Claim ``row`` under ``token`` until ``expires`` (the caller holds the lock): the claim's
+        attempt, lease stamp and token, as ``CLAIM`` sets them."""
+        row.take(Event.CLAIM)
+        row.next_attempt_at = expires
+        row.claim_token = token
+        row.claimed_at = now
+        row.updated_at = self._clock.now()
+        return ClaimedRow(
+            id=row.id,
+            lane=row.lane,
+            payload=decoded(row.payload),
+            attempts=row.attempts,
+            token=token,
+            lease_expires_at=expires,
+            created_at=row.created_at,
+            trace_context=row.trace_context,
+        )
 
     def _due(self, request: ClaimRequest, now: datetime) -> list[Row]:
         if self._ordered_by is not None:  # the event outbox's per-key claim
@@ -264,7 +272,7 @@ class MemoryStore(MemoryOperatorReads):
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
         await asyncio.sleep(0)
         self._check_available("mark_if_pending")
-        _refuse_disable([mark])
+        self._refuse_disable([mark])
         with self._lock:
             return self._apply(mark)
 
@@ -272,7 +280,7 @@ class MemoryStore(MemoryOperatorReads):
         await asyncio.sleep(0)
         self._check_available("mark_many")
         check_distinct_rows(marks)
-        _refuse_disable(marks)
+        self._refuse_disable(marks)
         with self._lock:  # one step for the lot, as one statement is on PostgreSQL
             return [self._apply(mark) for mark in marks]
 
@@ -280,6 +288,10 @@ class MemoryStore(MemoryOperatorReads):
         """Apply one mark if the fence admits it (the caller holds the lock)."""
         row = self._fenced_row(mark.row_id, mark.token)
         if row is not None:
+            if mark.disable_endpoint and self._disable_endpoint is not None:
+                # In the mark's own step, before its writes: the endpoint goes with the applied
+                # failure, or (if disabling it fails) neither does.
+                self._disable_endpoint(row.id, mark.reason)
             now = self._clock.now()
             row.take(event_for(mark))
             row.last_error = mark.reason
@@ -372,13 +384,3 @@ class MemoryStore(MemoryOperatorReads):
         row.last_error = None
         row.resolved_at = None
         row.updated_at = now
-
-
-def _refuse_disable(marks: Sequence[Mark]) -> None:
-    """This store has no webhook endpoints: a mark asking to disable one is refused, as
-    PostgreSQL refuses it on a queue table without ``endpoint_id``, before anything is written."""
-    if any(mark.disable_endpoint for mark in marks):
-        raise ConfigurationError(
-            "a mark asks to disable its webhook endpoint (HTTP 410), but the memory store has no"
-            " webhook endpoints; only the webhook deliveries table on PostgreSQL takes such a mark"
-        )

@@ -29,7 +29,7 @@ Endpoints, secrets, health and the report are in :mod:`.endpoints`. Every method
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,16 +41,20 @@ from outbox_adapters.postgres.errors import mapped_outages
 from outbox_adapters.postgres.marks import mark_many_params
 from outbox_adapters.postgres.webhooks import statements
 from outbox_adapters.postgres.webhooks.endpoints import EndpointOps, _all, _one
-from outbox_adapters.postgres.webhooks.model import (
-    FanOut,
-    Replay,
-    WebhookRefused,
-    event_of,
-    new_msg_id,
-)
 from outbox_adapters.postgres.webhooks.tables import DELIVERY_LANE, outbox_webhook
 from outbox_adapters.postgres.webhooks.targets import TargetReads
 from outbox_adapters.store_rules import check_distinct_rows, coerce_row_id
+from outbox_adapters.webhook_model import (
+    Endpoint,
+    FanOut,
+    Replay,
+    check_replay_target,
+    event_of,
+    new_msg_id,
+    refused_disabled,
+    refused_no_endpoint,
+    refused_no_event,
+)
 from outbox_core.messages import (
     ClaimedRow,
     ClaimToken,
@@ -231,7 +235,7 @@ class WebhookRepository(EndpointOps, TargetReads):
             async with conn.transaction():
                 source = await _one(conn, statements.EVENT, {"id": event_id})
                 if source is None:
-                    raise WebhookRefused(f"there is no webhook event {event_id}")
+                    raise refused_no_event(event_id)
                 await self._check_replay_target(conn, source["event_type"], endpoint_id)
                 clone = await _one(
                     conn, statements.OPEN_REPLAY, {"replay_of": event_id, "scope": scope}
@@ -271,26 +275,13 @@ class WebhookRepository(EndpointOps, TargetReads):
     async def _check_replay_target(
         self, conn: AsyncConnection[Any], event_type: str, endpoint_id: int | None
     ) -> None:
-        if endpoint_id is None:
-            endpoints = await _all(conn, statements.ENDPOINTS, {})
-            if not any(_receives(e, event_type) for e in endpoints):
-                raise WebhookRefused(
-                    f"no enabled endpoint subscribes to {event_type!r}; nothing to replay to"
-                )
-            return
-        endpoint = await _one(conn, statements.ENDPOINT, {"id": endpoint_id})
-        if endpoint is None:
-            raise WebhookRefused(f"there is no webhook endpoint {endpoint_id}")
-        if not endpoint["enabled"]:
-            raise WebhookRefused(
-                f"webhook endpoint {endpoint_id} is disabled"
-                f" ({endpoint['disabled_reason'] or 'no reason given'});"
-                " enable it first (outbox endpoints enable), then replay"
-            )
-        if not _receives({**endpoint, "enabled": True}, event_type):
-            raise WebhookRefused(
-                f"webhook endpoint {endpoint_id} does not subscribe to {event_type!r}"
-            )
+        query, params = (
+            (statements.ENDPOINTS, {})
+            if endpoint_id is None
+            else (statements.ENDPOINT, {"id": endpoint_id})
+        )
+        endpoints = [Endpoint.from_record(r) for r in await _all(conn, query, params)]
+        check_replay_target(event_type, endpoint_id, endpoints)
 
     @mapped_outages
     async def replay_failed(
@@ -310,11 +301,9 @@ class WebhookRepository(EndpointOps, TargetReads):
             async with self._pool.connection() as conn:
                 endpoint = await _one(conn, statements.ENDPOINT, {"id": endpoint_id})
             if endpoint is None:
-                raise WebhookRefused(f"there is no webhook endpoint {endpoint_id}")
+                raise refused_no_endpoint(endpoint_id)
             if not endpoint["enabled"]:
-                raise WebhookRefused(
-                    f"webhook endpoint {endpoint_id} is disabled; enable it first, then replay"
-                )
+                raise refused_disabled(endpoint_id, None, replay_failed=True)
         async with self._pool.connection() as conn:
             pairs = await _all(
                 conn,
@@ -332,11 +321,6 @@ class WebhookRepository(EndpointOps, TargetReads):
             )
             for event, endpoint in dict.fromkeys((p["event_id"], p["endpoint_id"]) for p in pairs)
         ]
-
-
-def _receives(endpoint: Mapping[str, Any], event_type: str) -> bool:
-    types = endpoint["event_types"]
-    return bool(endpoint["enabled"]) and (event_type in types or "*" in types)
 
 
 #: A row whose fenced mark applied, with its event's type and data.

@@ -41,6 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from outbox_adapters.postgres.tables import metadata, queue_table
+from outbox_adapters.webhook_model import DELIVERY_LANE, WEBHOOK_LANE
 
 __all__ = [
     "DELIVERY_LANE",
@@ -51,11 +52,6 @@ __all__ = [
     "outbox_webhook_event",
     "outbox_webhook_secret",
 ]
-
-#: The lane of the webhook outbox's rows (and the drainer's leader-lease key).
-WEBHOOK_LANE: Final = "webhooks"
-#: The lane of the delivery rows (and the retry worker's leader-lease key).
-DELIVERY_LANE: Final = "webhook_deliveries"
 
 
 def _stamps() -> list[Column[object]]:

@@ -1,0 +1,367 @@
+"""``MemoryWebhookRepository``: the webhook model in memory, with the semantics of
+:class:`outbox_adapters.postgres.webhooks.WebhookRepository`, method for method (ADR 0017).
+
+Theory of operation
+-------------------
+The webhook outbox and the deliveries are :class:`~outbox_adapters.memory.MemoryStore` s the
+caller passes in (lanes ``webhooks`` and ``webhook_deliveries``), so the same stores serve the
+``Worker`` s and ``BornRows``, as ``PostgresStore(pool, table=...)`` does on PostgreSQL; the
+repository keeps the rest (endpoints, secrets, events, which delivery is which (event,
+endpoint)) and does only what is webhook-specific:
+
+- :meth:`~MemoryWebhookRepository.fan_out_many` turns claimed outbox rows into events and their
+  deliveries in ONE step: after the one yield every memory operation makes, everything is read
+  and written under the stores' locks with no ``await`` between, as one transaction. Each row is
+  fenced on its own by its own claim token, through the outbox store's one fenced
+  compare-and-set (the dispatched mark); a refused row gets ``FanOut(marked=False)`` and nothing
+  of its own is written but the stale-mark count. A marked row gets one event (a fresh
+  ``msg_id``) and one delivery per enabled subscribed endpoint, *born leased*: claimed at birth by
+  the in-process first attempt (``attempts = 1``, the birth token, due at ``now + birth lease``),
+  unique per (event, endpoint).
+- The deliveries store takes the 410 mark (``Mark.disable_endpoint``): the repository installs
+  :meth:`MemoryStore.serve_endpoints` on it, so a failed mark that applied disables the delivery's
+  endpoint in the mark's own step, and a stale one touches nothing.
+- :meth:`~MemoryWebhookRepository.replay` is two steps, as on PostgreSQL: the clone first (an
+  interrupted replay is a clone whose ``replay_completed_at`` is ``None``, visible and
+  re-runnable), then its deliveries and its completion.
+
+Secrets live in this object only, as :class:`~outbox_core.signing.WebhookSecret` values (whose
+repr never shows a key); nothing here logs one. There is nothing at rest to seal, so unlike the
+PostgreSQL repository it takes no encryptor. Time is the deliveries store's clock (PostgreSQL: the
+database's); ``available = False`` on a store makes every operation raise ``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import attrs
+
+from outbox_adapters.memory.stamps import stamp
+from outbox_adapters.memory.store import MemoryStore
+from outbox_adapters.memory.webhook_endpoints import MemoryEndpointOps, WebhookEvent
+from outbox_adapters.store_rules import payload_json
+from outbox_adapters.webhook_model import (
+    DELIVERY_LANE,
+    DeliveryTarget,
+    FanOut,
+    Replay,
+    check_replay_target,
+    event_body,
+    event_of,
+    new_msg_id,
+    receives,
+    refused_disabled,
+    refused_no_event,
+)
+from outbox_core.delivery import Status
+from outbox_core.errors import ConfigurationError
+from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark
+from outbox_core.ports import MarkResult
+
+__all__ = ["MemoryWebhookRepository", "WebhookEvent"]
+
+
+class MemoryWebhookRepository(MemoryEndpointOps):
+    """The webhook model over the caller's stores: ``outbox_store`` (the webhook outbox),
+    ``delivery_store`` (the deliveries; it then takes 410 marks) and, for the health sweep's
+    notices, ``email_store`` (PostgreSQL: ``outbox_message``). One store may serve several."""
+
+    def __init__(
+        self,
+        outbox_store: MemoryStore,
+        delivery_store: MemoryStore,
+        *,
+        email_store: MemoryStore | None = None,
+    ) -> None:
+        self.outbox_store = outbox_store
+        self.delivery_store = delivery_store
+        self.email_store = email_store
+        self._clock = delivery_store._clock  # noqa: SLF001 - the "database" clock
+        self._endpoints = {}
+        self._secrets = {}
+        self._events = {}
+        self._refs = {}
+        self._pairs: dict[tuple[int, int], int] = {}
+        self._next = {}
+        if delivery_store._disable_endpoint is not None:  # noqa: SLF001
+            raise ConfigurationError(
+                "this memory store already serves the deliveries of another webhook repository"
+            )
+        delivery_store.serve_endpoints(self._gone)
+
+    # --- fan-out ---------------------------------------------------------------------------------
+
+    async def fan_out(
+        self, row: ClaimedRow, *, birth_lease: timedelta, birth_token: ClaimToken
+    ) -> FanOut:
+        """``fan_out_many([row])``'s one answer."""
+        (fan_out,) = await self.fan_out_many(
+            [row], birth_lease=birth_lease, birth_token=birth_token
+        )
+        return fan_out
+
+    async def fan_out_many(
+        self, rows: Sequence[ClaimedRow], *, birth_lease: timedelta, birth_token: ClaimToken
+    ) -> tuple[FanOut, ...]:
+        """Fan out several claimed webhook-outbox rows in ONE step: one :class:`FanOut` per row,
+        in the order of ``rows``. Each row is fenced on its own by its own claim token: a refused
+        row (another claim owns it, or it is resolved) gets ``FanOut(marked=False)`` and nothing
+        of its own is written (only the stale-mark count); the others are unaffected. Every
+        marked row gets one event (a fresh ``msg_id``) and its born-leased deliveries, all under
+        ``birth_token``. Raises :class:`InvalidMessage` (nothing written) if any row is not an
+        event."""
+        events = [event_of(row) for row in rows]
+        await asyncio.sleep(0)
+        with self._locked("fan_out") as now:
+            return tuple(
+                self._fan_out_one(
+                    row, event_type, data, now=now, lease=birth_lease, token=birth_token
+                )
+                for row, (event_type, data) in zip(rows, events, strict=True)
+            )
+
+    def _fan_out_one(  # noqa: PLR0913 - one row of the step, and the step's values
+        self,
+        row: ClaimedRow,
+        event_type: str,
+        data: JSONObject,
+        *,
+        now: datetime,
+        lease: timedelta,
+        token: ClaimToken,
+    ) -> FanOut:
+        mark = Mark.dispatched(row, scrub_keys=frozenset())
+        if self.outbox_store._apply(mark) is not MarkResult.APPLIED:  # noqa: SLF001 - the one CAS
+            return FanOut(marked=False)
+        event = self._add_event(
+            WebhookEvent(
+                id=self._new_id("event"),
+                msg_id=new_msg_id(),
+                event_type=event_type,
+                data=payload_json(data),
+                created_at=now,
+                source_outbox_id=int(row.id),
+            )
+        )
+        _ids, deliveries = self._born_deliveries(
+            event, None, lease, token, trace_context=row.trace_context
+        )
+        return FanOut(marked=True, event_id=event.id, msg_id=event.msg_id, deliveries=deliveries)
+
+    def _add_event(self, event: WebhookEvent) -> WebhookEvent:
+        self._events[event.id] = event
+        return event
+
+    def _born_deliveries(
+        self,
+        event: WebhookEvent,
+        endpoint_id: int | None,
+        birth_lease: timedelta,
+        birth_token: ClaimToken | None,
+        *,
+        trace_context: str | None = None,
+    ) -> tuple[tuple[int, ...], tuple[ClaimedRow, ...]]:
+        """One delivery per enabled endpoint subscribed to the event's type (only
+        ``endpoint_id`` when given) that has none yet: born leased under ``birth_token``, or, with
+        no token, due at ``now + birth_lease`` for the retry lane with no attempt counted."""
+        ids: list[int] = []
+        claimed: list[ClaimedRow] = []
+        for endpoint in sorted(self._endpoints.values(), key=lambda e: e.id):
+            pair = (event.id, endpoint.id)
+            if (
+                not endpoint.enabled
+                or not receives(endpoint.event_types, event.event_type)
+                or endpoint_id not in (None, endpoint.id)
+                or pair in self._pairs
+            ):
+                continue
+            payload = payload_json({"event_id": event.id, "endpoint_id": endpoint.id})
+            delivery_id, row = self.delivery_store._born(  # noqa: SLF001 - the store's own package
+                DELIVERY_LANE,
+                payload,
+                lease=birth_lease,
+                token=birth_token,
+                trace_context=trace_context,
+            )
+            self._refs[delivery_id] = pair
+            self._pairs[pair] = delivery_id
+            ids.append(delivery_id)
+            if row is not None:
+                claimed.append(row)
+        return tuple(ids), tuple(claimed)
+
+    # --- one attempt's target ----------------------------------------------------------------------
+
+    async def delivery_target(
+        self, delivery_id: int, *, now: datetime | None = None
+    ) -> DeliveryTarget | None:
+        """What one attempt of ``delivery_id`` needs (``None``: no such delivery); ``secrets``
+        holds every secret unexpired at ``now`` (default: the clock's), newest first."""
+        await asyncio.sleep(0)
+        with self._locked("delivery_target"):
+            ref = self._refs.get(int(delivery_id))
+            if ref is None:
+                return None
+            at = stamp(self._clock, now)
+            event, endpoint = self._events[ref[0]], self._endpoints[ref[1]]
+            live = [
+                s for s in self._secrets[endpoint.id] if s.expires_at is None or s.expires_at > at
+            ]
+            live.sort(key=lambda s: (s.created_at, s.id), reverse=True)
+        return DeliveryTarget(
+            delivery_id=int(delivery_id),
+            event_id=event.id,
+            endpoint_id=endpoint.id,
+            url=endpoint.url,
+            enabled=endpoint.enabled,
+            secrets=tuple(s.secret for s in live),
+            msg_id=event.msg_id,
+            event_type=event.event_type,
+            body=event_body(event.event_type, event.created_at, json.loads(event.data)),
+        )
+
+    async def delivery_targets(
+        self, delivery_ids: Sequence[int], *, now: datetime | None = None
+    ) -> dict[int, DeliveryTarget]:
+        """The targets of several deliveries, by delivery id; one that does not exist is left
+        out (as PostgreSQL's, which reads them in one query)."""
+        targets: dict[int, DeliveryTarget] = {}
+        for delivery_id in delivery_ids:
+            target = await self.delivery_target(delivery_id, now=now)
+            if target is not None:
+                targets[int(delivery_id)] = target
+        return targets
+
+    # --- replay ------------------------------------------------------------------------------------
+
+    async def replay(
+        self,
+        event_id: int,
+        *,
+        endpoint_id: int | None = None,
+        birth_lease: timedelta,
+        birth_token: ClaimToken | None,
+    ) -> Replay:
+        """Replay ``event_id`` to ``endpoint_id`` (or to every enabled endpoint subscribed to its
+        type), as ``WebhookRepository.replay``: the clone first, then its deliveries (born leased
+        under ``birth_token``; due rows for the retry lane with ``None``) and its completion.
+        Re-running a replay interrupted in between completes its open clone. Refused
+        (:class:`WebhookRefused`, nothing written) for an unknown event, an unknown or disabled
+        endpoint, an endpoint not subscribed to the type, or no endpoint to send to."""
+        await asyncio.sleep(0)
+        with self._locked("replay") as now:
+            source = self._events.get(event_id)
+            if source is None:
+                raise refused_no_event(event_id)
+            check_replay_target(source.event_type, endpoint_id, list(self._endpoints.values()))
+            clone = next(
+                (
+                    e
+                    for e in sorted(self._events.values(), key=lambda e: e.id)
+                    if e.replay_of == event_id
+                    and e.replay_scope == endpoint_id
+                    and e.replay_completed_at is None
+                ),
+                None,
+            )
+            resumed = clone is not None
+            if clone is None:
+                clone = self._add_event(
+                    attrs.evolve(
+                        source,
+                        id=self._new_id("event"),
+                        msg_id=new_msg_id(),
+                        created_at=now,
+                        source_outbox_id=None,
+                        replay_of=event_id,
+                        replay_scope=endpoint_id,
+                        replay_completed_at=None,
+                    )
+                )
+        ids, deliveries = await self._complete_replay(clone.id, birth_lease, birth_token)
+        return Replay(
+            event_id=clone.id,
+            replay_of=event_id,
+            msg_id=clone.msg_id,
+            endpoint_id=endpoint_id,
+            delivery_ids=ids,
+            deliveries=deliveries,
+            resumed=resumed,
+        )
+
+    async def _complete_replay(
+        self, clone_id: int, birth_lease: timedelta, birth_token: ClaimToken | None
+    ) -> tuple[tuple[int, ...], tuple[ClaimedRow, ...]]:
+        """The replay's second step: the clone's deliveries and its completion, at once."""
+        await asyncio.sleep(0)
+        with self._locked("replay") as now:
+            clone = self._events[clone_id]
+            if clone.replay_completed_at is not None:
+                return (), ()
+            made = self._born_deliveries(clone, clone.replay_scope, birth_lease, birth_token)
+            self._events[clone_id] = attrs.evolve(clone, replay_completed_at=now)
+        return made
+
+    async def replay_failed(
+        self,
+        *,
+        since: datetime,
+        before: datetime | None = None,
+        endpoint_id: int | None = None,
+        birth_lease: timedelta,
+        birth_token: ClaimToken | None,
+    ) -> list[Replay]:
+        """Replay every delivery that failed in ``[since, before)`` (to ``endpoint_id`` only, when
+        given), one replay per (event, endpoint); deliveries to a disabled endpoint are left
+        alone; a failure a completed replay already covered is not replayed again."""
+        await asyncio.sleep(0)
+        with self._locked("replay_failed"):
+            if endpoint_id is not None and not self._endpoint(endpoint_id).enabled:
+                raise refused_disabled(endpoint_id, None, replay_failed=True)
+            failed = sorted(
+                (
+                    (row.resolved_at, row.id, self._refs[row.id])
+                    for row, to in self._delivery_rows()
+                    if to is not None
+                    and endpoint_id in (None, to)
+                    and row.status is Status.FAILED
+                    and row.resolved_at is not None
+                    and since <= row.resolved_at
+                    and (before is None or row.resolved_at < before)
+                    and self._endpoints[to].enabled
+                ),
+            )
+            pairs = [pair for at, _id, pair in failed if not self._replayed(pair, at)]
+        return [
+            await self.replay(
+                event, endpoint_id=endpoint, birth_lease=birth_lease, birth_token=birth_token
+            )
+            for event, endpoint in dict.fromkeys(pairs)
+        ]
+
+    def _replayed(self, pair: tuple[int, int], failed_at: datetime) -> bool:
+        """Whether a replay of the pair's event to its endpoint completed after ``failed_at``."""
+        event_id, endpoint_id = pair
+        return any(
+            e.replay_of == event_id
+            and e.replay_scope == endpoint_id
+            and e.replay_completed_at is not None
+            and e.replay_completed_at >= failed_at
+            for e in self._events.values()
+        )
+
+    # --- what a host's test reads --------------------------------------------------------------------
+
+    def events(self) -> list[WebhookEvent]:
+        """Every event (fan-outs and replay clones), oldest first."""
+        with self.delivery_store._lock:  # noqa: SLF001
+            return [self._events[i] for i in sorted(self._events)]
+
+    def delivery_refs(self) -> dict[int, tuple[int, int]]:
+        """Every delivery the repository wrote: row id -> (event id, endpoint id)."""
+        with self.delivery_store._lock:  # noqa: SLF001
+            return dict(self._refs)

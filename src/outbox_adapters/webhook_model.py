@@ -1,0 +1,382 @@
+"""The webhook model's values and rules, shared by every webhook repository (PostgreSQL's
+:class:`~outbox_adapters.postgres.webhooks.WebhookRepository` and the in-memory
+:class:`~outbox_adapters.memory.MemoryWebhookRepository`): what a repository hands out, what a
+producer may write, what an endpoint may be. It imports the standard library, attrs and the core
+only, so neither repository's technology leaks into the other (``outbox_adapters.memory`` stays
+free of psycopg and SQLAlchemy).
+
+- :func:`webhook_message` is the one check of what ``enqueue_webhook`` writes (an event type that is
+  a sane name, data that is a JSON object), so a bad event fails at enqueue, in the host's code.
+- :func:`event_body` is the one encoding of the bytes every delivery of an event POSTs (canonical
+  JSON: sorted keys, no spaces), so a retry signs and sends the same body.
+- :func:`check_endpoint_url`, :func:`check_owner`, :func:`check_overlap`, :func:`check_window` and
+  :func:`check_reason` are the endpoint side's input rules; :func:`receives` says whether an
+  endpoint takes an event type; :func:`health_reason` and :func:`notice_key` are what the health
+  sweep writes; the ``refused_*`` functions are the replay's refusals, one sentence each.
+- :func:`new_msg_id` makes the event's stable ``webhook-id``: ``msg_`` + 32 hex digits drawn with
+  :mod:`secrets` here, in the adapter (the core never draws randomness).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import attrs
+
+from outbox_core.delivery import Status
+from outbox_core.errors import ConfigurationError, InvalidMessage, OutboxError
+from outbox_core.messages import ClaimedRow, JSONObject, NewMessage
+from outbox_core.signing import WebhookSecret
+
+__all__ = [
+    "ANY_EVENT_TYPE",
+    "DEFAULT_HEALTH_WINDOW",
+    "DEFAULT_SECRET_OVERLAP",
+    "DELIVERY_LANE",
+    "WEBHOOK_LANE",
+    "DeliveryGroup",
+    "DeliveryReport",
+    "DeliveryTarget",
+    "Endpoint",
+    "FanOut",
+    "Missed",
+    "Replay",
+    "WebhookRefused",
+    "check_endpoint_url",
+    "check_event_type",
+    "check_event_types",
+    "check_overlap",
+    "check_owner",
+    "check_reason",
+    "check_replay_target",
+    "check_window",
+    "event_body",
+    "event_of",
+    "health_reason",
+    "new_msg_id",
+    "notice_key",
+    "receives",
+    "refused_disabled",
+    "refused_no_endpoint",
+    "refused_no_event",
+    "refused_unsubscribed",
+    "status_code",
+    "webhook_message",
+]
+
+#: The lane of the webhook outbox's rows (and the drainer's leader-lease key).
+WEBHOOK_LANE: Final = "webhooks"
+#: The lane of the delivery rows (and the retry worker's leader-lease key).
+DELIVERY_LANE: Final = "webhook_deliveries"
+#: Endpoint health (B6): failing with no success for this long disables an endpoint.
+DEFAULT_HEALTH_WINDOW: Final = timedelta(days=5)
+#: How long a rotated-out secret keeps signing beside the new one.
+DEFAULT_SECRET_OVERLAP: Final = timedelta(hours=24)
+_MAX_URL: Final = 2048
+
+#: An endpoint subscribed to this receives every event type.
+ANY_EVENT_TYPE: Final = "*"
+#: ``invoice.paid``, ``user:created``, ``Order_Shipped.v2``: a letter or digit, then up to 127 of
+#: ``[A-Za-z0-9._:-]``. No spaces, quotes or control characters reach a header, a log or a query.
+_EVENT_TYPE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+class WebhookRefused(OutboxError):
+    """An operation on the webhook model the state refuses (no such endpoint or event, a replay to
+    a disabled endpoint, ...). The message says which and why."""
+
+
+def check_event_type(value: object) -> str:
+    """``value`` if it is a sane event type name, else :class:`InvalidMessage` naming the rule."""
+    if not isinstance(value, str) or _EVENT_TYPE.fullmatch(value) is None:
+        raise InvalidMessage(
+            "a webhook event type is 1 to 128 characters of [A-Za-z0-9._:-] starting with a"
+            f" letter or digit, got {value!r:.80}"
+        )
+    return value
+
+
+def check_event_types(values: Sequence[str]) -> tuple[str, ...]:
+    """An endpoint's subscription: one or more event types (or ``*``), duplicates dropped."""
+    if isinstance(values, str) or not values:
+        raise InvalidMessage("an endpoint subscribes to at least one event type (or '*')")
+    return tuple(dict.fromkeys(v if v == ANY_EVENT_TYPE else check_event_type(v) for v in values))
+
+
+def webhook_message(
+    event_type: str, data: Mapping[str, Any], *, idempotency_key: str | None = None
+) -> NewMessage:
+    """The webhook outbox row for one event (lane ``webhooks``)."""
+    check_event_type(event_type)
+    if not isinstance(data, Mapping):
+        raise InvalidMessage(
+            f"webhook data must be a JSON object (a mapping), got {type(data).__name__}"
+        )
+    return NewMessage(
+        WEBHOOK_LANE,
+        {"event_type": event_type, "data": dict(data)},
+        idempotency_key=idempotency_key,
+    )
+
+
+def event_of(row: ClaimedRow) -> tuple[str, JSONObject]:
+    """The event type and data of a webhook outbox row, or :class:`InvalidMessage` saying why the
+    row can't be fanned out (a row written around ``enqueue_webhook``)."""
+    payload = row.payload
+    if not isinstance(payload, Mapping):
+        raise InvalidMessage(f"webhook outbox row {row.id}: the payload is not a JSON object")
+    data = payload.get("data")
+    if not isinstance(data, Mapping):
+        raise InvalidMessage(f"webhook outbox row {row.id}: 'data' is not a JSON object")
+    return check_event_type(payload.get("event_type")), data
+
+
+def new_msg_id() -> str:
+    """A fresh ``msg_`` + 32 hex digits (128 random bits)."""
+    return "msg_" + secrets.token_hex(16)
+
+
+def event_body(event_type: str, created_at: datetime, data: JSONObject) -> bytes:
+    """The exact bytes every delivery of the event POSTs:
+    ``{"data": ..., "timestamp": "<ISO 8601 UTC>", "type": ...}``, canonical JSON."""
+    stamp = created_at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    document = {"type": event_type, "timestamp": stamp, "data": data}
+    return json.dumps(
+        document, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+    ).encode("utf-8")
+
+
+# --- the endpoint side's rules ---------------------------------------------------------------------
+
+
+def check_endpoint_url(url: object) -> str:
+    """The shape rule every stored URL meets (text, no whitespace or control character, at most
+    2,048 characters). Whether its destination is allowed is the destination guard's call, made
+    by whoever registers it (``outbox endpoints add``) and again at every connect."""
+    if (
+        not isinstance(url, str)
+        or not url
+        or len(url) > _MAX_URL
+        or not url.isprintable()
+        or any(c.isspace() for c in url)
+    ):
+        raise InvalidMessage(
+            f"an endpoint URL is 1 to {_MAX_URL} printable characters without spaces, got {url!r:.80}"
+        )
+    return url
+
+
+def check_owner(owner_email: str | None) -> str | None:
+    """The owner's address (told when the endpoint is disabled), or ``None``."""
+    if owner_email is None:
+        return None
+    local, at, domain = owner_email.rpartition("@")
+    if (
+        not at
+        or not local
+        or "." not in domain
+        or not owner_email.isprintable()
+        or " " in owner_email
+    ):
+        raise InvalidMessage(f"the owner e-mail address {owner_email!r:.80} is not an address")
+    return owner_email
+
+
+def check_reason(reason: object) -> str:
+    """Why an operator disables an endpoint: some text."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidMessage("disabling an endpoint needs a reason")
+    return reason
+
+
+def check_overlap(overlap: object) -> timedelta:
+    """How long a rotated-out secret keeps signing: a timedelta >= 0."""
+    if not isinstance(overlap, timedelta) or overlap < timedelta(0):
+        raise ConfigurationError(f"a secret overlap is a timedelta >= 0, got {overlap!r:.80}")
+    return overlap
+
+
+def check_window(window: object) -> timedelta:
+    """The health window (B6): a positive timedelta."""
+    if not isinstance(window, timedelta) or window <= timedelta(0):
+        raise ConfigurationError(f"a health window is a positive timedelta, got {window!r:.80}")
+    return window
+
+
+def health_reason(window: timedelta) -> str:
+    """The disabled reason the health sweep writes."""
+    if window.total_seconds() % 86400 == 0:
+        days = int(window.total_seconds() // 86400)
+        span = f"{days} day" + ("" if days == 1 else "s")
+    else:
+        span = str(window)
+    return f"failing without a successful delivery for {span}"
+
+
+def notice_key(endpoint: Endpoint) -> str:
+    """The idempotency key of the owner's notice of one disable: one disable tells once."""
+    return f"webhook-endpoint-{endpoint.id}-disabled-{endpoint.disabled_at:%Y%m%dT%H%M%S.%f%z}"
+
+
+def receives(event_types: Sequence[str], event_type: str) -> bool:
+    """Whether an endpoint subscribed to ``event_types`` takes ``event_type`` (``*``: all)."""
+    return event_type in event_types or ANY_EVENT_TYPE in event_types
+
+
+def status_code(text: object) -> int | None:
+    """The last attempt's status code as the report shows it (``None``: none, or not a number)."""
+    try:
+        return None if text is None else int(str(text))
+    except ValueError:
+        return None
+
+
+def refused_no_event(event_id: int) -> WebhookRefused:
+    return WebhookRefused(f"there is no webhook event {event_id}")
+
+
+def refused_no_endpoint(endpoint_id: int) -> WebhookRefused:
+    return WebhookRefused(f"there is no webhook endpoint {endpoint_id}")
+
+
+def refused_disabled(
+    endpoint_id: int, reason: str | None, *, replay_failed: bool = False
+) -> WebhookRefused:
+    if replay_failed:
+        return WebhookRefused(
+            f"webhook endpoint {endpoint_id} is disabled; enable it first, then replay"
+        )
+    return WebhookRefused(
+        f"webhook endpoint {endpoint_id} is disabled ({reason or 'no reason given'});"
+        " enable it first (outbox endpoints enable), then replay"
+    )
+
+
+def refused_unsubscribed(endpoint_id: int | None, event_type: str) -> WebhookRefused:
+    if endpoint_id is None:
+        return WebhookRefused(
+            f"no enabled endpoint subscribes to {event_type!r}; nothing to replay to"
+        )
+    return WebhookRefused(f"webhook endpoint {endpoint_id} does not subscribe to {event_type!r}")
+
+
+@attrs.frozen
+class Endpoint:
+    """A registered receiver. Its secrets are never part of it (nor of its repr)."""
+
+    id: int
+    url: str
+    event_types: tuple[str, ...]
+    enabled: bool
+    owner_email: str | None
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Endpoint:
+        return cls(**{**record, "event_types": tuple(record["event_types"])})
+
+
+def check_replay_target(
+    event_type: str, endpoint_id: int | None, endpoints: Sequence[Endpoint]
+) -> None:
+    """Refuse a replay of an ``event_type`` event with the reason (:class:`WebhookRefused`):
+    ``endpoints`` are every endpoint (``endpoint_id`` None: at least one enabled must take the
+    type) or the one asked for (none: it doesn't exist; it must be enabled and take the type)."""
+    if endpoint_id is None:
+        if not any(e.enabled and receives(e.event_types, event_type) for e in endpoints):
+            raise refused_unsubscribed(None, event_type)
+        return
+    endpoint = next((e for e in endpoints if e.id == endpoint_id), None)
+    if endpoint is None:
+        raise refused_no_endpoint(endpoint_id)
+    if not endpoint.enabled:
+        raise refused_disabled(endpoint_id, endpoint.disabled_reason)
+    if not receives(endpoint.event_types, event_type):
+        raise refused_unsubscribed(endpoint_id, event_type)
+
+
+@attrs.frozen
+class FanOut:
+    """What one drained webhook outbox row became."""
+
+    #: False: the outbox row's fence refused (another claim owns it, or it is resolved), and
+    #: nothing was written.
+    marked: bool
+    event_id: int | None = None
+    msg_id: str | None = None
+    #: Born leased: ``attempts == 1``, the birth token, ``lease_expires_at = now + birth lease``.
+    deliveries: tuple[ClaimedRow, ...] = ()
+
+
+@attrs.frozen
+class DeliveryTarget:
+    """Everything one attempt of a delivery needs, read in one query."""
+
+    delivery_id: int
+    event_id: int
+    endpoint_id: int
+    url: str
+    enabled: bool
+    #: Every unexpired secret of the endpoint, newest first (all of them sign).
+    secrets: tuple[WebhookSecret, ...]
+    msg_id: str
+    event_type: str
+    #: The exact JSON bytes to POST (:func:`event_body`).
+    body: bytes
+
+
+@attrs.frozen
+class Missed:
+    """What an endpoint missed while it was disabled (``enable_endpoint``'s answer): the events
+    of its types created since it was disabled, which have no delivery to it."""
+
+    endpoint: Endpoint
+    disabled_since: datetime | None
+    event_ids: tuple[int, ...]
+
+
+@attrs.frozen
+class Replay:
+    """One replay: the clone event and the born-leased deliveries made for it."""
+
+    event_id: int
+    replay_of: int
+    msg_id: str
+    #: ``None``: every enabled endpoint subscribed to the event's type.
+    endpoint_id: int | None
+    #: Every delivery this replay made.
+    delivery_ids: tuple[int, ...]
+    #: Those born leased to this process for their first attempt (none from the CLI).
+    deliveries: tuple[ClaimedRow, ...]
+    #: True when this completed a clone an interrupted replay had left open.
+    resumed: bool
+
+
+@attrs.frozen
+class DeliveryGroup:
+    """Deliveries sharing a status and an error (``outbox deliveries``)."""
+
+    status: Status
+    error: str | None
+    deliveries: int
+    first_at: datetime
+    last_at: datetime
+    #: From the most recent delivery of the group: the payload keys the fenced marks patch in.
+    last_status: int | None
+    response: str | None
+    endpoint_ids: tuple[int, ...]
+
+
+@attrs.frozen
+class DeliveryReport:
+    groups: tuple[DeliveryGroup, ...]
+    #: Deliveries per status, over the same filters.
+    by_status: Mapping[Status, int]
