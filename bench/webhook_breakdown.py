@@ -6,8 +6,10 @@
 Each run drains ``--events`` events to one endpoint on a local receiver in its own process, as the
 comparison does, with the parts' coroutines wrapped by a timer for the duration of the run (and
 restored afterwards): the fan-out transaction (``WebhookRepository.fan_out_many``: a claimed
-batch's fenced marks, their events, their born deliveries, in one transaction), the per-delivery target query
-(``delivery_target``), the POST (``HttpxWebhookSender.send``), the delivery's fenced mark
+batch's fenced marks, their events, their born deliveries, in one transaction), the round's read
+of its deliveries' targets (``delivery_targets``), the per-delivery target query
+(``delivery_target``: retries, and first attempts whose round's read was stale), the POST
+(``HttpxWebhookSender.send``, including the wait for a slot of the origin's cap), the delivery's fenced mark
 (``PostgresStore.mark_if_pending``) and the drainer's claims. Printed per run: deliveries/s, this
 process's CPU time per delivery, and each part's calls and mean wall time. Parts run concurrently
 (the first attempts overlap the next fan-outs), so their wall times overlap; the drainer's fan-outs
@@ -51,6 +53,7 @@ from outbox_core.webhook_timing import DEFAULT_FAN_OUT_TIMING
 #: (class, coroutine method, label) timed during a run.
 PARTS: Final = (
     (WebhookRepository, "fan_out_many", "fan-out transaction"),
+    (WebhookRepository, "delivery_targets", "targets read by the round"),
     (WebhookRepository, "delivery_target", "target query"),
     (HttpxWebhookSender, "send", "POST"),
     (PostgresStore, "mark_if_pending", "delivery mark"),
