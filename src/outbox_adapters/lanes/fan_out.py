@@ -43,8 +43,8 @@ from typing import Any, Protocol
 import attrs
 
 from outbox_adapters.lanes.fresh_targets import FreshTargets
-from outbox_adapters.postgres.webhooks.model import event_of
 from outbox_adapters.runtime.born import BornRows
+from outbox_adapters.webhook_model import event_of
 from outbox_core.errors import StoreUnavailable
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.outcomes import Outcome

@@ -15,7 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 from outbox_adapters.postgres.errors import mapped_outages
 from outbox_adapters.postgres.webhooks import statements
 from outbox_adapters.postgres.webhooks.endpoints import _all
-from outbox_adapters.postgres.webhooks.model import DeliveryTarget, event_body
+from outbox_adapters.webhook_model import DeliveryTarget, event_body
 from outbox_core.errors import SecretUnavailable
 from outbox_core.ports import Encryptor
 from outbox_core.webhook_secrets import read_secret
