@@ -26,8 +26,8 @@ from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from outbox_adapters.lanes.fan_out import FanOutHandler, FanOutStore
-from outbox_adapters.postgres.webhooks import DELIVERY_LANE, WEBHOOK_LANE
 from outbox_adapters.runtime import LaneConfig
+from outbox_adapters.webhook_model import DELIVERY_LANE, WEBHOOK_LANE
 from outbox_core.backoff import WEBHOOK_BACKOFF, ExponentialBackoff
 from outbox_core.errors import SecretUnavailable, StaleDeliveryMark
 from outbox_core.messages import ClaimedRow
