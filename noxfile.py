@@ -202,3 +202,18 @@ def signup(session: nox.Session) -> None:
     """The reference app (examples/signup_service) on embedded defaults: http://127.0.0.1:8000/."""
     session.install("-e", ".[example]")
     session.run("python", "-m", "examples.signup_service", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def package(session: nox.Session) -> None:
+    """Every install the README documents works from the built wheel: build the wheel and sdist,
+    `twine check --strict` both, then tests/packaging/check_install.py (a fresh venv per README
+    `pip install 'leased-outbox[...]'` line with only the wheel and those extras; `[all]` imports
+    every module and finds the package data)."""
+    session.install("twine>=6.1")
+    dist = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("uv", "build", "--quiet", "--out-dir", str(dist), external=True)
+    built = sorted(str(p) for pattern in ("*.whl", "*.tar.gz") for p in dist.glob(pattern))
+    session.run("twine", "check", "--strict", *built)
+    session.run("python", "tests/packaging/check_install.py", str(dist))
