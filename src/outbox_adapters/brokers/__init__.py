@@ -11,8 +11,14 @@ module                 holds
 :mod:`.kafka_consumer` the Kafka consumer group (contiguous commits after acks, local retries)
 :mod:`.kafka_config`   :class:`KafkaClientConfig`: the settings every Kafka client is given
 :mod:`.urls`           broker URLs: TLS, credentials, Kafka's SASL
-:mod:`.errors`         the one mapping of nats-py / aiokafka exceptions; :class:`BrokerUnavailable`
+:mod:`.errors`         what every broker's errors share; :class:`BrokerUnavailable`
+:mod:`.nats_errors`    nats-py's exceptions as core outcomes (the NATS error map)
+:mod:`.kafka_errors`   aiokafka's exceptions as core outcomes (the Kafka error map)
 =====================  ========================================================================
+
+Each broker's module is imported on first use (``outbox_adapters.brokers.NatsBroker``, or a URL
+that names it), so ``pip install 'leased-outbox[nats]'`` needs no aiokafka and the other way round;
+a broker whose extra is missing raises :class:`~outbox_adapters.extras.MissingExtra` naming it.
 
 ``connect_broker("nats://127.0.0.1:4222")`` or ``connect_broker("kafka://h1:9092,h2:9092")``
 (``tls://`` and ``kafkas://`` for TLS, with credentials and SASL: :mod:`.urls`) returns a :class:`~outbox_core.brokers.Broker`. It connects on first use: a relay may start while
@@ -21,16 +27,21 @@ the broker is down (its publishes are ``transient`` until the broker is back).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
 
 from outbox_adapters.brokers.errors import BrokerUnavailable
-from outbox_adapters.brokers.kafka import KafkaBroker, KafkaPublisher
 from outbox_adapters.brokers.kafka_config import KafkaClientConfig
-from outbox_adapters.brokers.kafka_consumer import KafkaConsumer
-from outbox_adapters.brokers.nats import NatsBroker, NatsConsumer, NatsPublisher
 from outbox_adapters.brokers.urls import BrokerUrl
+from outbox_adapters.extras import missing_extra
 from outbox_core.brokers import Broker, DeadLetter, StreamSpec, dlq_subject, park_message
+
+if TYPE_CHECKING:
+    from outbox_adapters.brokers.kafka import KafkaBroker, KafkaPublisher
+    from outbox_adapters.brokers.kafka_consumer import KafkaConsumer
+    from outbox_adapters.brokers.nats import NatsBroker, NatsConsumer, NatsPublisher
 
 __all__ = [
     "Broker",
@@ -52,6 +63,30 @@ __all__ = [
     "parse_broker_url",
 ]
 
+#: The names imported on first use, and the module of each.
+_LAZY: Final = {
+    "KafkaBroker": "outbox_adapters.brokers.kafka",
+    "KafkaPublisher": "outbox_adapters.brokers.kafka",
+    "KafkaConsumer": "outbox_adapters.brokers.kafka_consumer",
+    "NatsBroker": "outbox_adapters.brokers.nats",
+    "NatsConsumer": "outbox_adapters.brokers.nats",
+    "NatsPublisher": "outbox_adapters.brokers.nats",
+}
+
+
+def _load(module: str, what: str) -> Any:  # noqa: ANN401 - a module
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise missing_extra(exc, what) from exc
+
+
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - PEP 562: the broker classes, on first use
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_load(module, name), name)
+
 
 def parse_broker_url(url: str) -> BrokerUrl:
     """The broker, addresses, TLS and credentials ``url`` names (:class:`~.urls.BrokerUrl`);
@@ -62,10 +97,13 @@ def parse_broker_url(url: str) -> BrokerUrl:
 def broker_from_url(
     url: str, *, streams: Sequence[StreamSpec] = (), ack_wait: timedelta | None = None
 ) -> NatsBroker | KafkaBroker:
-    """The broker ``url`` names, not yet connected (it connects on first use)."""
+    """The broker ``url`` names, not yet connected (it connects on first use).
+
+    Raises :class:`~outbox_adapters.extras.MissingExtra` when that broker's extra is missing."""
     parsed = BrokerUrl.parse(url)
     if parsed.broker == "nats":
-        return NatsBroker(
+        nats = _load("outbox_adapters.brokers.nats", "a nats:// broker")
+        return nats.NatsBroker(  # type: ignore[no-any-return]
             parsed.nats_servers(),
             streams=streams,
             ack_wait=timedelta(minutes=2) if ack_wait is None else ack_wait,
@@ -73,7 +111,10 @@ def broker_from_url(
             user=parsed.username,
             password=parsed.password,
         )
-    return KafkaBroker(parsed.addresses, streams=streams, security=parsed.kafka_security())
+    kafka = _load("outbox_adapters.brokers.kafka", "a kafka:// broker")
+    return kafka.KafkaBroker(  # type: ignore[no-any-return]
+        parsed.addresses, streams=streams, security=parsed.kafka_security()
+    )
 
 
 async def connect_broker(

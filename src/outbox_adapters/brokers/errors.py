@@ -1,4 +1,8 @@
-"""The one place where nats-py and aiokafka exceptions become core outcomes and errors.
+"""Where broker exceptions become core outcomes and errors: what every broker shares.
+
+Each technology's own exceptions are mapped in its module (:mod:`.nats_errors`, :mod:`.kafka_errors`),
+loaded here only when its client library is installed, so the NATS adapter runs without aiokafka
+and the other way round.
 
 A publish never raises for broker trouble: :func:`publish_outcome` turns the exception into an
 :class:`~outbox_core.outcomes.Outcome` (the relay retries a transient one next tick). Everything
@@ -24,28 +28,57 @@ JetStream API error (other)                 transient with its code and descript
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import logging
 from collections.abc import AsyncIterator, Callable
-
-import aiokafka.errors as kafka_errors
-import nats.errors
-import nats.js.errors
+from typing import Protocol
 
 from outbox_core.errors import StoreUnavailable
 from outbox_core.outcomes import Outcome
 
-__all__ = ["BrokerUnavailable", "describe", "is_broker_error", "operation", "publish_outcome"]
+__all__ = [
+    "BrokerUnavailable",
+    "ErrorMap",
+    "describe",
+    "is_broker_error",
+    "operation",
+    "publish_outcome",
+    "timeout_outcome",
+]
 
 log = logging.getLogger("outbox.brokers")
 _MAX_REASON = 200
+#: The modules holding one technology's error map each (skipped when its library is missing).
+_MAP_MODULES = ("outbox_adapters.brokers.nats_errors", "outbox_adapters.brokers.kafka_errors")
 
-#: Everything a broker client raises for an outage or a refusal (not a bug of ours).
-_BROKER_ERRORS: tuple[type[BaseException], ...] = (
-    nats.errors.Error,
-    kafka_errors.KafkaError,
-    OSError,
-    TimeoutError,
-)
+
+class ErrorMap(Protocol):
+    """One broker technology's exceptions: which are its errors, how to name one, what a publish
+    that raised one means (``None``: not this map's to say)."""
+
+    errors: tuple[type[BaseException], ...]
+
+    def describe(self, exc: BaseException) -> str | None: ...
+
+    def outcome(self, exc: BaseException, subject: str, *, sending: bool) -> Outcome | None: ...
+
+
+@functools.cache
+def _maps() -> tuple[ErrorMap, ...]:
+    found: list[ErrorMap] = []
+    for name in _MAP_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # that broker's client library is not installed
+            continue
+        found.append(module.ERROR_MAP)
+    return tuple(found)
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    """Everything a broker client raises for an outage or a refusal (not a bug of ours)."""
+    return (*(e for m in _maps() for e in m.errors), OSError, TimeoutError)
 
 
 class BrokerUnavailable(StoreUnavailable):
@@ -59,47 +92,38 @@ def _clip(text: str) -> str:
 
 def describe(exc: BaseException) -> str:
     """A short, loggable description (type and message; never a body or a header)."""
-    if isinstance(exc, nats.js.errors.APIError):
-        return _clip(f"JetStream error {exc.err_code or exc.code}: {exc.description or ''}")
+    for errors in _maps():
+        own = errors.describe(exc)
+        if own is not None:
+            return _clip(own)
     text = str(exc).strip()
     name = type(exc).__name__
     return _clip(f"{name}: {text}" if text and text != name else name)
 
 
 def is_broker_error(exc: BaseException) -> bool:
-    return isinstance(exc, _BROKER_ERRORS)
+    return isinstance(exc, _errors())
 
 
-def publish_outcome(  # noqa: PLR0911
-    exc: BaseException, subject: str, *, sending: bool = True
-) -> Outcome | None:
+def timeout_outcome(exc: BaseException, *, sending: bool) -> Outcome:
+    """A publish that timed out: it may have reached the broker and be stored (a replay is
+    de-duplicated), unless the client was still connecting."""
+    if not sending:
+        return Outcome.transient(f"broker unavailable: no connection in time ({describe(exc)})")
+    return Outcome.transient(f"no acknowledgement in time ({describe(exc)})", maybe_delivered=True)
+
+
+def publish_outcome(exc: BaseException, subject: str, *, sending: bool = True) -> Outcome | None:
     """The outcome of a publish to ``subject`` that raised ``exc``; ``None`` when ``exc`` is not a
     broker error (a bug: let it propagate). ``sending``: the client was connected and the publish
     may have left (False while still connecting: nothing can have been stored)."""
-    if isinstance(exc, nats.js.errors.NoStreamResponseError):
-        return Outcome.transient(
-            f"no JetStream stream stores subject {subject!r}: declare it (StreamSpec)"
-        )
-    if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
-        return Outcome.transient(f"Kafka topic {subject!r} does not exist: declare it (StreamSpec)")
-    if isinstance(
-        exc,
-        kafka_errors.MessageSizeTooLargeError
-        | kafka_errors.RecordListTooLargeError
-        | kafka_errors.InvalidMessageError
-        | nats.errors.MaxPayloadError,
-    ):
-        return Outcome.permanent(f"the broker refuses this message: {describe(exc)}")
-    if isinstance(exc, kafka_errors.KafkaTimeoutError | TimeoutError):
-        # The request may have reached the broker: it may be stored (a replay is de-duplicated).
-        if not sending:
-            return Outcome.transient(f"broker unavailable: no connection in time ({describe(exc)})")
-        return Outcome.transient(
-            f"no acknowledgement in time ({describe(exc)})", maybe_delivered=True
-        )
-    if isinstance(exc, nats.js.errors.APIError):
-        return Outcome.transient(f"the broker refused the publish: {describe(exc)}")
-    if isinstance(exc, _BROKER_ERRORS):
+    for errors in _maps():
+        outcome = errors.outcome(exc, subject, sending=sending)
+        if outcome is not None:
+            return outcome
+    if isinstance(exc, TimeoutError):
+        return timeout_outcome(exc, sending=sending)
+    if isinstance(exc, _errors()):
         return Outcome.transient(f"broker unavailable: {describe(exc)}")
     return None
 
@@ -113,5 +137,7 @@ async def operation(what: str, why: Callable[[], str] = lambda: "") -> AsyncIter
         yield
     except BrokerUnavailable:
         raise
-    except _BROKER_ERRORS as exc:
+    except Exception as exc:
+        if not is_broker_error(exc):
+            raise
         raise BrokerUnavailable(f"{what} failed: {describe(exc)}{why()}") from exc

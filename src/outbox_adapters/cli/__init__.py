@@ -1,4 +1,4 @@
-"""``outbox``: the operator's command line (catalogue A12).
+"""``outbox``: the operator's command line (docs/reference/cli.md).
 
 Every option has an ``OUTBOX_*`` environment twin (shown in ``--help``), so a container can be
 configured by environment alone. Exit codes: 0 done; 1 the work found a problem (schema
@@ -6,8 +6,10 @@ incomplete, a requeue refused, the database unreachable, demo invariants broken)
 line or configuration can't work, said in one line that names the setting. Secrets are never
 printed: no database URL, no SMTP password (``SmtpSettings.describe()``), no payload values.
 
-One module per command family, each a plain click command or group that this module adds to
-:func:`main`: :mod:`.schema`, :mod:`.enqueue`, :mod:`.worker`, :mod:`.operator` (get, failed,
+One module per command family, each a plain click command or group that :func:`main` loads only
+when it is run (:data:`COMMANDS`), so a command's technology is imported only then: ``outbox
+schema sql`` needs no SMTP, HTTP or broker library, and a command whose extra is missing exits 2
+with one line naming the extra to install (:mod:`outbox_adapters.extras`). The modules: :mod:`.schema`, :mod:`.enqueue`, :mod:`.worker`, :mod:`.operator` (get, failed,
 requeue, stats), :mod:`.keys`, :mod:`.demo` (the command only; the demo lives in
 :mod:`outbox_adapters.demo`), :mod:`.endpoints` (webhook endpoints), :mod:`.webhooks`
 (``enqueue webhook``, ``deliveries``, ``replay``), :mod:`.feed` (``feed prune``) and :mod:`.prune`
@@ -17,49 +19,229 @@ share (options, errors and exit codes, the database helpers) is in :mod:`.option
 
 from __future__ import annotations
 
+import importlib
 import logging
+from collections.abc import Mapping
+from typing import Any, Final
 
 import click
 
-from outbox_adapters.cli.config import config_group, default_map
-from outbox_adapters.cli.consume import consume_command
-from outbox_adapters.cli.demo import demo_command
-from outbox_adapters.cli.endpoints import endpoints_group
-from outbox_adapters.cli.enqueue import enqueue_group
-from outbox_adapters.cli.events import dlq_group, publish_command, relay_command
-from outbox_adapters.cli.failed import failed_command
-from outbox_adapters.cli.feed import feed_group
-from outbox_adapters.cli.health import healthcheck_command
-from outbox_adapters.cli.keys import keys_group
-from outbox_adapters.cli.operator import (
-    get_command,
-    requeue_command,
-    stats_command,
-)
-from outbox_adapters.cli.options import option
-from outbox_adapters.cli.prune import prune_command
-from outbox_adapters.cli.schema import schema_group
-from outbox_adapters.cli.top import top_command
-from outbox_adapters.cli.webhooks import deliveries_command, enqueue_webhook_command, replay_command
-from outbox_adapters.cli.worker import worker_command
-from outbox_adapters.telemetry.logs import json_logging
+from outbox_adapters import __version__
+from outbox_adapters.extras import MissingExtra, missing_extra
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "SUBCOMMANDS", "main"]
+
+#: Every command: its module, the click object's name there, and its one-line help (for
+#: ``outbox --help``, which loads no command; tests/unit/test_cli_lazy.py keeps it true).
+COMMANDS: Final[Mapping[str, tuple[str, str, str]]] = {
+    "schema": ("schema", "schema_group", "Print, apply or verify the outbox tables' DDL."),
+    "publish": (
+        "events",
+        "publish_command",
+        "Write one event into the event outbox (the relay publishes it).",
+    ),
+    "relay": (
+        "events",
+        "relay_command",
+        "Publish the event outbox to the broker, in key order, until SIGTERM (or --drain).",
+    ),
+    "consume": (
+        "consume",
+        "consume_command",
+        "Consume TOPIC into one channel until SIGTERM (or, with --drain, until nothing arrives).",
+    ),
+    "dlq": (
+        "events",
+        "dlq_group",
+        "Dead letters: the events a consumer channel parked (list without consuming; redrive).",
+    ),
+    "enqueue": (
+        "enqueue",
+        "enqueue_group",
+        "Write one message to the outbox (an operator's smoke test).",
+    ),
+    "worker": (
+        "worker",
+        "worker_command",
+        "Claim, send and mark rows until SIGTERM/SIGINT (or, with --drain, until none is due).",
+    ),
+    "get": (
+        "operator",
+        "get_command",
+        "One row: its columns and its payload, secret values masked.",
+    ),
+    "failed": (
+        "failed",
+        "failed_command",
+        (
+            "Failed rows grouped by error class (or exact error), then the newest ones by id (never"
+            " payload values)."
+        ),
+    ),
+    "requeue": (
+        "operator",
+        "requeue_command",
+        "Put failed rows back to pending (attempts reset, audited).",
+    ),
+    "stats": (
+        "operator",
+        "stats_command",
+        "Rows per lane and status, and the marks the fence refused (stale marks) per lane.",
+    ),
+    "prune": (
+        "prune",
+        "prune_command",
+        "Delete delivered rows older than --older-than, in short batches; pending and failed stay.",
+    ),
+    "healthcheck": (
+        "health",
+        "healthcheck_command",
+        "Exit 0 if this host's worker of --lane is alive, 1 (naming what failed) if not.",
+    ),
+    "top": (
+        "top",
+        "top_command",
+        (
+            "Every lane's backlog, flow, failures and leader, refreshed live (Ctrl-C ends it); with"
+            " --broker, every consumer channel's lag too."
+        ),
+    ),
+    "keys": (
+        "keys",
+        "keys_group",
+        "Keys of sealed payload fields: generate one, re-seal unsent rows under the active key.",
+    ),
+    "demo": (
+        "demo",
+        "demo_command",
+        "Enqueue and deliver e-mails through a local SMTP server, then check the invariants.",
+    ),
+    "endpoints": (
+        "endpoints",
+        "endpoints_group",
+        "Webhook endpoints: add, list, disable, enable, rotate-secret.",
+    ),
+    "deliveries": (
+        "webhooks",
+        "deliveries_command",
+        "Webhook deliveries grouped by status and error, with the last HTTP status and response.",
+    ),
+    "replay": (
+        "webhooks",
+        "replay_command",
+        (
+            "Replay an event (to --endpoint, or to every endpoint of its type), or with --failed the"
+            " failed deliveries of a time range."
+        ),
+    ),
+    "feed": ("feed", "feed_group", "The in-app feed's maintenance."),
+    "config": (
+        "config",
+        "config_group",
+        "The effective configuration (flags aside): environment, --config file, defaults.",
+    ),
+}
+
+#: Subcommands of a group that live in another command family's module (loaded the same way).
+SUBCOMMANDS: Final[Mapping[str, Mapping[str, tuple[str, str, str]]]] = {
+    "enqueue": {
+        "webhook": (
+            "webhooks",
+            "enqueue_webhook_command",
+            "Enqueue one webhook event; prints its webhook outbox row id.",
+        ),
+    },
+}
+
+
+def _missing(name: str, exc: MissingExtra, help_text: str) -> click.Command:
+    """A stand-in for a command whose extra is missing: ``--help`` or a run says so and exits 2."""
+
+    def refuse() -> None:
+        click.echo(f"Error: outbox {name}: {exc}", err=True)
+        raise SystemExit(2)
+
+    return click.Command(
+        name,
+        callback=refuse,
+        help=help_text,
+        short_help=help_text,
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+
+
+def _load(name: str, entry: tuple[str, str, str]) -> click.Command:
+    module, attribute, help_text = entry
+    try:
+        command: click.Command = getattr(
+            importlib.import_module(f"outbox_adapters.cli.{module}"), attribute
+        )
+    except ImportError as exc:
+        found = missing_extra(exc, f"`outbox {name}`")
+        if not isinstance(found, MissingExtra):
+            raise
+        return _missing(name, found, help_text)
+    if isinstance(command, click.Group):
+        for sub, sub_entry in SUBCOMMANDS.get(name, {}).items():
+            if sub not in command.commands:
+                command.add_command(_load(f"{name} {sub}", sub_entry), sub)
+    return command
+
+
+class LazyGroup(click.Group):
+    """``outbox``: lists :data:`COMMANDS` without importing them; loads one when it runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        del ctx
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        del ctx
+        entry = COMMANDS.get(cmd_name)
+        return None if entry is None else _load(cmd_name, entry)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        del ctx
+        rows = [(name, entry[2]) for name, entry in COMMANDS.items()]
+        limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+        with formatter.section("Commands"):
+            formatter.write_dl(
+                [
+                    (name, click.Command(name, short_help=text).get_short_help_str(limit))
+                    for name, text in rows
+                ]
+            )
+
+    def invoke(self, ctx: click.Context) -> Any:  # noqa: ANN401 - click's
+        """A technology asked for at run time whose extra is missing: one line, exit 2."""
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as exc:
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(2)
 
 
 def _read_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> str | None:
     """``--config``: the TOML file becomes every command's defaults (cli/config.py)."""
     if path and not ctx.resilient_parsing:
+        from outbox_adapters.cli.config import default_map  # noqa: PLC0415 - loads every command
+
         assert isinstance(ctx.command, click.Group)  # noqa: S101 - outbox's main is a group
         ctx.default_map = default_map(path, ctx.command)
     return path
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@option(
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, "--version", prog_name="outbox")
+@click.option(
     "--config",
     "config_file",
-    env="OUTBOX_CONFIG",
+    envvar="OUTBOX_CONFIG",
+    show_envvar=True,
     metavar="FILE",
     is_eager=True,
     expose_value=False,
@@ -67,17 +249,19 @@ def _read_config(ctx: click.Context, _param: click.Parameter, path: str | None) 
     help="A TOML file of settings: a table per command, top-level keys for every command"
     " (flags and OUTBOX_* variables win over it).",
 )
-@option(
+@click.option(
     "--log-level",
-    env="OUTBOX_LOG_LEVEL",
+    envvar="OUTBOX_LOG_LEVEL",
+    show_envvar=True,
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="warning",
     show_default=True,
     help="Log level of the library's logs on stderr.",
 )
-@option(
+@click.option(
     "--log-format",
-    env="OUTBOX_LOG_FORMAT",
+    envvar="OUTBOX_LOG_FORMAT",
+    show_envvar=True,
     type=click.Choice(["text", "json"], case_sensitive=False),
     default="text",
     show_default=True,
@@ -91,36 +275,11 @@ def main(log_level: str, log_format: str) -> None:
     if root.handlers:  # a host (or a test runner) that configured logging keeps its setup
         return
     if log_format.lower() == "json":
+        from outbox_adapters.telemetry.logs import json_logging  # noqa: PLC0415
+
         json_logging(log_level.upper())
         root.setLevel(log_level.upper())
     else:
         logging.basicConfig(
             level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
-
-
-for _command in (
-    schema_group,
-    publish_command,
-    relay_command,
-    consume_command,
-    dlq_group,
-    enqueue_group,
-    worker_command,
-    get_command,
-    failed_command,
-    requeue_command,
-    stats_command,
-    prune_command,
-    healthcheck_command,
-    top_command,
-    keys_group,
-    demo_command,
-    endpoints_group,
-    deliveries_command,
-    replay_command,
-    feed_group,
-    config_group,
-):
-    main.add_command(_command)
-enqueue_group.add_command(enqueue_webhook_command)

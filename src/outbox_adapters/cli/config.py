@@ -41,8 +41,7 @@ from typing import Any, Final
 import click
 from click.core import ParameterSource
 
-from outbox_adapters.cli.endpoints import json_option
-from outbox_adapters.cli.options import SettingError, describe_secrets, encryptor_from
+from outbox_adapters.cli.options import SettingError, describe_secrets, encryptor_from, json_option
 from outbox_adapters.cli.worker_settings import email_timing
 from outbox_adapters.lanes.channel_workers import ChannelTiming
 from outbox_adapters.lanes.email_channel import email_channel_lane
@@ -71,7 +70,10 @@ def _params(command: click.Command) -> set[str]:
 
 
 def _commands(group: click.Group) -> dict[str, click.Command]:
-    return dict(group.commands)
+    """The group's commands, loaded (``outbox``'s are loaded on demand: cli/__init__.py)."""
+    ctx = click.Context(group)
+    found = {name: group.get_command(ctx, name) for name in group.list_commands(ctx)}
+    return {name: command for name, command in found.items() if command is not None}
 
 
 def _every_param(group: click.Group) -> set[str]:

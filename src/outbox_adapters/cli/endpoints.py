@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -18,14 +18,17 @@ import click
 from outbox_adapters.cli.options import (
     Failure,
     SettingError,
+    allow_options,
     connection_pool,
     database_url,
     describe_secrets,
     encryption_keys,
     encryptor_from,
+    json_option,
     option,
     run,
     setting_error,
+    when,
 )
 from outbox_adapters.http import DestinationGuard
 from outbox_adapters.postgres.webhooks import (
@@ -47,33 +50,6 @@ __all__ = [
     "json_option",
     "when",
 ]
-
-
-def json_option(command: Any) -> Any:  # noqa: ANN401 - a click decorator
-    return option(
-        "--json", "as_json", env="OUTBOX_JSON", is_flag=True, help="Print one JSON document."
-    )(command)
-
-
-def allow_options(command: Any) -> Any:  # noqa: ANN401 - a click decorator
-    command = option(
-        "--allow-http",
-        env="OUTBOX_ALLOW_HTTP",
-        is_flag=True,
-        help="Accept http:// URLs (tests and internal receivers; https only in production).",
-    )(command)
-    return option(
-        "--allow-destination",
-        "allow",
-        env="OUTBOX_ALLOW_DESTINATION",
-        multiple=True,
-        metavar="CIDR",
-        help="An address range a webhook may reach although it is private or local (repeat).",
-    )(command)
-
-
-def when(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
 
 
 def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:

@@ -22,13 +22,13 @@ import attrs
 import click
 
 from outbox_adapters.brokers import connect_broker
-from outbox_adapters.cli.endpoints import json_option
 from outbox_adapters.cli.options import (
     Failure,
     SettingError,
     connection_pool,
     database_errors,
     database_url,
+    json_option,
     option,
     run,
     setting_error,

@@ -26,8 +26,7 @@ import sys
 import click
 import psycopg
 
-from outbox_adapters.cli.endpoints import json_option
-from outbox_adapters.cli.options import database_url, option, setting_error
+from outbox_adapters.cli.options import database_url, json_option, option, setting_error
 from outbox_adapters.cli.prune import parse_duration
 from outbox_adapters.postgres.errors import as_unavailable
 from outbox_adapters.postgres.health import read_health

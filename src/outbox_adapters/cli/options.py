@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from datetime import datetime
 from typing import Any, TypeVar
 
 import click
@@ -25,6 +26,7 @@ __all__ = [
     "KEYS_OPTION",
     "Failure",
     "SettingError",
+    "allow_options",
     "connection_pool",
     "database_errors",
     "database_url",
@@ -32,11 +34,13 @@ __all__ = [
     "describe_secrets",
     "encryption_keys",
     "encryptor_from",
+    "json_option",
     "lane_option",
     "option",
     "run",
     "setting_error",
     "stop_on_signals",
+    "when",
 ]
 
 T = TypeVar("T")
@@ -63,6 +67,36 @@ def setting_error(option: str, envvar: str, message: str) -> SettingError:
 def option(*decls: str, env: str, **kwargs: Any) -> Callable[[F], F]:  # noqa: ANN401
     """A click option with its ``OUTBOX_*`` environment twin, shown in ``--help``."""
     return click.option(*decls, envvar=env, show_envvar=True, **kwargs)
+
+
+# --- shared flags ---------------------------------------------------------------------------------
+
+
+def json_option(command: Any) -> Any:  # noqa: ANN401 - a click decorator
+    return option(
+        "--json", "as_json", env="OUTBOX_JSON", is_flag=True, help="Print one JSON document."
+    )(command)
+
+
+def allow_options(command: Any) -> Any:  # noqa: ANN401 - a click decorator
+    command = option(
+        "--allow-http",
+        env="OUTBOX_ALLOW_HTTP",
+        is_flag=True,
+        help="Accept http:// URLs (tests and internal receivers; https only in production).",
+    )(command)
+    return option(
+        "--allow-destination",
+        "allow",
+        env="OUTBOX_ALLOW_DESTINATION",
+        multiple=True,
+        metavar="CIDR",
+        help="An address range a webhook may reach although it is private or local (repeat).",
+    )(command)
+
+
+def when(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 # --- database -------------------------------------------------------------------------------------

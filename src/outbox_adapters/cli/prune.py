@@ -21,8 +21,13 @@ from typing import Any, Final
 
 import click
 
-from outbox_adapters.cli.endpoints import json_option
-from outbox_adapters.cli.options import database_errors, database_url, option, setting_error
+from outbox_adapters.cli.options import (
+    database_errors,
+    database_url,
+    json_option,
+    option,
+    setting_error,
+)
 from outbox_adapters.postgres.retention import PRUNABLE, prune
 
 __all__ = ["age_setting", "parse_duration", "prune_command", "retention_options"]

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import attrs
 import click
 
-from outbox_adapters.cli.endpoints import allow_options
 from outbox_adapters.cli.options import (
     Failure,
     SettingError,
+    allow_options,
     connection_pool,
     database_errors,
     database_url,
@@ -38,6 +38,7 @@ from outbox_adapters.cli.worker_settings import (
     smtp_settings,
 )
 from outbox_adapters.clock import SystemClock
+from outbox_adapters.extras import missing_extra
 from outbox_adapters.lanes.email import EMAIL_LANE, EmailHandler
 from outbox_adapters.lanes.webhooks import WEBHOOK_LANE
 from outbox_adapters.postgres import (
@@ -170,7 +171,10 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
 ) -> None:
     """Claim, send and mark rows until SIGTERM/SIGINT (or, with --drain, until none is due)."""
     if lane == WEBHOOK_LANE:
-        from outbox_adapters.cli.webhook_worker import run_webhook_workers  # noqa: PLC0415
+        try:
+            from outbox_adapters.cli.webhook_worker import run_webhook_workers  # noqa: PLC0415
+        except ImportError as exc:  # the webhooks extra (httpx) is missing
+            raise missing_extra(exc, f"the {WEBHOOK_LANE!r} lane") from exc
 
         run_webhook_workers(
             database_url,

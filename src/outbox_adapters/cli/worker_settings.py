@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import click
 
-from outbox_adapters.cli.options import Failure, SettingError, option, setting_error
+from outbox_adapters.cli.options import SettingError, option, setting_error
+from outbox_adapters.extras import missing_extra
 from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.errors import ConfigurationError, InvalidMessage
@@ -88,10 +89,8 @@ def smtp_settings(  # noqa: PLR0913 - one parameter per option
 ) -> SmtpSettings:
     try:
         from outbox_adapters.smtp import SmtpSettings  # noqa: PLC0415 - the smtp extra
-    except ImportError:
-        raise Failure(
-            "the worker needs the smtp extra: pip install 'leased-outbox[smtp]'"
-        ) from None
+    except ImportError as exc:
+        raise missing_extra(exc, "sending e-mail") from None
     try:
         validate_address(sender)
     except InvalidMessage as exc:

@@ -1,0 +1,41 @@
+"""nats-py's exceptions as core outcomes: the NATS adapter's error map (see :mod:`.errors`)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+import nats.errors
+import nats.js.errors
+
+from outbox_adapters.brokers.errors import describe
+from outbox_core.outcomes import Outcome
+
+__all__ = ["ERROR_MAP", "NatsErrors"]
+
+
+@attrs.frozen
+class NatsErrors:
+    """JetStream's refusals and nats-py's connection errors."""
+
+    errors: tuple[type[BaseException], ...] = (nats.errors.Error,)
+
+    def describe(self, exc: BaseException) -> str | None:
+        if isinstance(exc, nats.js.errors.APIError):
+            return f"JetStream error {exc.err_code or exc.code}: {exc.description or ''}"
+        return None
+
+    def outcome(self, exc: BaseException, subject: str, *, sending: bool) -> Outcome | None:
+        del sending  # a NATS timeout is a TimeoutError: the shared rule decides it
+        if isinstance(exc, nats.js.errors.NoStreamResponseError):
+            return Outcome.transient(
+                f"no JetStream stream stores subject {subject!r}: declare it (StreamSpec)"
+            )
+        if isinstance(exc, nats.errors.MaxPayloadError):
+            return Outcome.permanent(f"the broker refuses this message: {describe(exc)}")
+        if isinstance(exc, nats.js.errors.APIError):
+            return Outcome.transient(f"the broker refused the publish: {describe(exc)}")
+        return None
+
+
+ERROR_MAP: Final = NatsErrors()
