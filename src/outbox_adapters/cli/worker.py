@@ -32,6 +32,9 @@ from outbox_adapters.cli.options import (
 from outbox_adapters.cli.telemetry import metrics_options
 from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
 from outbox_adapters.cli.worker_settings import (
+    EMAIL_ONLY,
+    WEBHOOKS_ONLY,
+    check_lane_options,
     email_lane_config,
     email_timing,
     smtp_options,
@@ -170,6 +173,8 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     encryption_keys_file: str | None,
 ) -> None:
     """Claim, send and mark rows until SIGTERM/SIGINT (or, with --drain, until none is due)."""
+    ctx = click.get_current_context()
+    check_lane_options(ctx, lane, EMAIL_ONLY if lane == WEBHOOK_LANE else WEBHOOKS_ONLY)
     if lane == WEBHOOK_LANE:
         try:
             from outbox_adapters.cli.webhook_worker import run_webhook_workers  # noqa: PLC0415

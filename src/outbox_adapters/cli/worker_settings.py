@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import click
+from click.core import ParameterSource
 
 from outbox_adapters.cli.options import SettingError, option, setting_error
 from outbox_adapters.extras import missing_extra
@@ -21,12 +22,59 @@ if TYPE_CHECKING:
     from outbox_adapters.smtp import SmtpSettings
 
 __all__ = [
+    "EMAIL_ONLY",
+    "WEBHOOKS_ONLY",
     "budget_overrides",
+    "check_lane_options",
     "email_lane_config",
     "email_timing",
     "smtp_options",
     "smtp_settings",
 ]
+
+
+#: The ``outbox worker`` options only an e-mail lane takes (its timing, its rows in flight, SMTP).
+EMAIL_ONLY: Final = (
+    "batch_size",
+    "batch_timeout",
+    "rows_in_flight",
+    "group_marks",
+    "budgets",
+    "smtp_url",
+    "smtp_tls",
+    "sender",
+    "sender_name",
+    "allow_plaintext",
+    "smtp_ca_file",
+    "smtp_sessions",
+)
+#: The options only the webhook lane takes (where its deliveries may go).
+WEBHOOKS_ONLY: Final = ("allow", "allow_http")
+
+
+def _flag(ctx: click.Context, name: str) -> str:
+    for param in ctx.command.params:
+        if param.name == name and isinstance(param, click.Option):
+            return param.opts[0]
+    return name  # pragma: no cover - every name above is one of the command's options
+
+
+def check_lane_options(ctx: click.Context, lane: str, not_taken: Sequence[str]) -> None:
+    """Refuse an option given on the command line that ``lane`` does not take (exit 2, naming the
+    option and the lane); one set through its ``OUTBOX_*`` variable or the ``--config`` file, which
+    a deployment may share between lanes, is reported on stderr as ignored by this lane."""
+    for name in not_taken:
+        source = ctx.get_parameter_source(name)
+        if source is ParameterSource.COMMANDLINE:
+            raise SettingError(f"{_flag(ctx, name)}: the lane {lane!r} does not take this option")
+        if source in {ParameterSource.ENVIRONMENT, ParameterSource.DEFAULT_MAP}:
+            where = (
+                "its environment variable" if source is ParameterSource.ENVIRONMENT else "--config"
+            )
+            click.echo(
+                f"note: {_flag(ctx, name)} (set by {where}) is not used by the lane {lane!r}",
+                err=True,
+            )
 
 
 def budget_overrides(pairs: Sequence[str]) -> dict[str, float]:
