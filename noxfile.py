@@ -217,3 +217,11 @@ def package(session: nox.Session) -> None:
     built = sorted(str(p) for pattern in ("*.whl", "*.tar.gz") for p in dist.glob(pattern))
     session.run("twine", "check", "--strict", *built)
     session.run("python", "tests/packaging/check_install.py", str(dist))
+
+
+@nox.session(python=PYTHON, reuse_venv=False)
+def lowest(session: nox.Session) -> None:
+    """The unit tests on the lowest versions pyproject.toml allows for every direct dependency
+    (`uv pip install --resolution lowest-direct`): the floors are true. A fresh venv each run."""
+    session.install("--resolution", "lowest-direct", "-e", DEV)
+    session.run("pytest", "tests/unit", "-q", "-x", "-p", "no:cacheprovider", *session.posargs)
