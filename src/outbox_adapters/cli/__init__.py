@@ -29,7 +29,10 @@ import click
 from outbox_adapters import __version__
 from outbox_adapters.extras import MissingExtra, missing_extra
 
-__all__ = ["COMMANDS", "SUBCOMMANDS", "main"]
+__all__ = ["APP_KEY", "COMMANDS", "SUBCOMMANDS", "main"]
+
+#: Where ``--app`` leaves the loaded application in ``click.Context.meta``.
+APP_KEY: Final = "outbox.app"
 
 #: Every command: its module, the click object's name there, and its one-line help (for
 #: ``outbox --help``, which loads no command; tests/unit/test_cli_lazy.py keeps it true).
@@ -232,11 +235,35 @@ def _read_config(ctx: click.Context, _param: click.Parameter, path: str | None) 
     return path
 
 
+def _read_app(ctx: click.Context, _param: click.Parameter, spec: str | None) -> str | None:
+    """``--app package.module:attribute``: the host's :class:`~outbox_adapters.app.Outbox`, which
+    ``outbox worker`` runs instead of the built-in description."""
+    if spec and not ctx.resilient_parsing:
+        from outbox_adapters.app import load_app  # noqa: PLC0415 - only with --app
+        from outbox_core.errors import ConfigurationError  # noqa: PLC0415
+
+        try:
+            ctx.meta[APP_KEY] = load_app(spec)
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param_hint="'--app' / OUTBOX_APP") from None
+    return spec
+
+
 @click.group(
     cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(__version__, "--version", prog_name="outbox")
+@click.option(
+    "--app",
+    envvar="OUTBOX_APP",
+    show_envvar=True,
+    metavar="MODULE:ATTR",
+    expose_value=False,
+    callback=_read_app,
+    help="The host's outbox application object (an outbox_adapters.app.Outbox, or a function"
+    " returning one), e.g. myapp.outbox:outbox: its lanes, hooks and settings.",
+)
 @click.option(
     "--config",
     "config_file",

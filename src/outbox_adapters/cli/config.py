@@ -213,7 +213,8 @@ def _webhook_secrets(root: click.Context) -> str:
     """How webhook signing secrets are stored at rest with ``outbox worker``'s effective keys
     (ADR 0030): in plaintext, or sealed under the active key id; never a key."""
     assert isinstance(root.command, click.Group)  # noqa: S101 - outbox's main is a group
-    worker = root.command.commands["worker"]
+    worker = root.command.get_command(root, "worker")
+    assert worker is not None  # noqa: S101 - outbox always has its worker command
     ctx = worker.make_context("worker", [], parent=root, resilient_parsing=True)
     try:
         encryptor = encryptor_from(

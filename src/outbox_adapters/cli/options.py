@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
 import click
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool
 
+from outbox_adapters.postgres import pools
 from outbox_core.errors import ConfigurationError, StoreUnavailable
 from outbox_core.ports import Encryptor
 
@@ -160,28 +160,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
 
 
-@contextlib.asynccontextmanager
-async def connection_pool(
-    dsn: str, *, max_size: int = 2
-) -> AsyncIterator[AsyncConnectionPool[Any]]:
-    """An autocommit pool (as ``PostgresStore.open`` makes) that the store and the lease share."""
-    # One direct connection first: a wrong host fails in seconds with psycopg's own reason,
-    # where a pool would retry in the background until its timeout.
-    conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)
-    await conn.close()
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        dsn,
-        min_size=1,
-        max_size=max_size,
-        kwargs={"autocommit": True},
-        open=False,
-        name="outbox-cli",
-    )
-    await pool.open(wait=True)
-    try:
-        yield pool
-    finally:
-        await pool.close()
+def connection_pool(dsn: str, *, max_size: int = 2) -> Any:  # noqa: ANN401 - a context manager
+    """An autocommit pool for a command (:func:`outbox_adapters.postgres.pools.connection_pool`)."""
+    return pools.connection_pool(dsn, max_size=max_size, name="outbox-cli")
 
 
 # --- sealed-field keys (B1) -----------------------------------------------------------------------

@@ -7,18 +7,19 @@ its sessions, the sealed-field keys, and how it wakes (LISTEN, or polling alone)
 
 from __future__ import annotations
 
-import os
-import socket
+import asyncio
 from typing import TYPE_CHECKING
 
 import attrs
 import click
+from click.core import ParameterSource
 
+from outbox_adapters.app import EmailLane, EmailLaneRun, run_email_lane
+from outbox_adapters.cli import APP_KEY
 from outbox_adapters.cli.options import (
     Failure,
     SettingError,
     allow_options,
-    connection_pool,
     database_errors,
     database_url,
     describe_keys,
@@ -27,10 +28,11 @@ from outbox_adapters.cli.options import (
     lane_option,
     option,
     run,
+    setting_error,
     stop_on_signals,
 )
 from outbox_adapters.cli.telemetry import metrics_options
-from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
+from outbox_adapters.cli.wakeup import listen_option
 from outbox_adapters.cli.worker_settings import (
     EMAIL_ONLY,
     WEBHOOKS_ONLY,
@@ -40,46 +42,25 @@ from outbox_adapters.cli.worker_settings import (
     smtp_options,
     smtp_settings,
 )
-from outbox_adapters.clock import SystemClock
 from outbox_adapters.extras import missing_extra
-from outbox_adapters.lanes.email import EMAIL_LANE, EmailHandler
+from outbox_adapters.lanes.email import EMAIL_LANE
 from outbox_adapters.lanes.webhooks import WEBHOOK_LANE
-from outbox_adapters.postgres import (
-    PostgresHeartbeat,
-    PostgresLeaderLease,
-    PostgresStore,
-    schema,
-)
-from outbox_adapters.runtime import LaneConfig, Worker, WorkerStats
-from outbox_core.ports import Encryptor
-from outbox_core.timing import EmailStepBudgets, EmailTiming
+from outbox_adapters.postgres import WAKEUP_CHANNEL, schema
+from outbox_adapters.runtime import Worker, WorkerStats
+from outbox_core.errors import ConfigurationError
+from outbox_core.timing import EmailTiming
 
 if TYPE_CHECKING:
     # The smtp extra is imported when the command runs, so `outbox schema sql` works without it.
+    from outbox_adapters.app import Outbox
     from outbox_adapters.smtp import SmtpSettings
 
 __all__ = ["worker_command"]
 
 
-@attrs.frozen
-class WorkerOptions:
-    """The worker's settings after validation."""
-
-    database_url: str
-    config: LaneConfig
-    sender: str
-    sender_name: str | None
-    drain: bool
-    leader: bool
-    listen: bool
-    #: The step budgets the lease is derived from; the mailer's dial and exchange windows too.
-    steps: EmailStepBudgets = attrs.field(factory=EmailStepBudgets)
-    encryptor: Encryptor | None = None
-
-
 @click.command("worker")
 @metrics_options
-@database_url()
+@database_url(required=False)
 @smtp_options
 @option("--drain", env="OUTBOX_DRAIN", is_flag=True, help="Exit once a claim finds nothing due.")
 @option(
@@ -147,8 +128,8 @@ class WorkerOptions:
 )
 @allow_options
 @encryption_keys()
-def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
-    database_url: str,
+def worker_command(  # noqa: C901, PLR0912, PLR0913, PLR0915, PLR0917 - one parameter per option, each source
+    database_url: str | None,
     smtp_url: str | None,
     smtp_tls: str,
     sender: str | None,
@@ -175,6 +156,11 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     """Claim, send and mark rows until SIGTERM/SIGINT (or, with --drain, until none is due)."""
     ctx = click.get_current_context()
     check_lane_options(ctx, lane, EMAIL_ONLY if lane == WEBHOOK_LANE else WEBHOOKS_ONLY)
+    app: Outbox | None = ctx.meta.get(APP_KEY)
+    if app is not None and database_url is None:
+        database_url = app.database_url
+    if database_url is None:
+        raise SettingError("Missing option '--database-url' (OUTBOX_DATABASE_URL).")
     if lane == WEBHOOK_LANE:
         try:
             from outbox_adapters.cli.webhook_worker import run_webhook_workers  # noqa: PLC0415
@@ -193,90 +179,94 @@ def worker_command(  # noqa: PLR0913, PLR0917 - one parameter per option
             encryptor=encryptor_from(encryption_keys, encryption_keys_file),
         )
         return
-    if smtp_url is None or sender is None:
-        missing = "--smtp-url (OUTBOX_SMTP_URL)" if smtp_url is None else "--sender (OUTBOX_SENDER)"
-        raise SettingError(f"{missing} is required for the e-mail lane {lane!r}")
-    timing = email_timing(budgets, batch_size, batch_timeout)
-    options = WorkerOptions(
-        database_url=database_url,
-        config=email_lane_config(
-            lane, timing, poll_interval, rows_in_flight, group_marks=group_marks
-        ),
-        sender=sender,
-        sender_name=sender_name,
-        drain=drain,
-        leader=leader,
-        listen=listen,
-        steps=timing.budgets,
-        encryptor=encryptor_from(encryption_keys, encryption_keys_file),
+    try:
+        described = app.lane(lane) if app is not None else EmailLane(name=lane)
+    except ConfigurationError as exc:
+        raise setting_error("--lane", "OUTBOX_LANE", str(exc)) from None
+    timing_flags = ("batch_size", "batch_timeout", "budgets", "rows_in_flight")
+    if app is not None and all(
+        ctx.get_parameter_source(name) is ParameterSource.DEFAULT for name in timing_flags
+    ):
+        timing, rows_in_flight = described.timing, described.rows_in_flight
+    else:
+        timing = email_timing(budgets, batch_size, batch_timeout)
+    smtp: SmtpSettings | None = app.smtp if app is not None else None
+    sender = sender or (app.sender if app is not None else None)
+    if sender is None and smtp is not None:
+        sender = smtp.policy.sender
+    if smtp_url is None and smtp is None and described.mailer is None:
+        raise SettingError(f"--smtp-url (OUTBOX_SMTP_URL) is required for the e-mail lane {lane!r}")
+    if sender is None:
+        raise SettingError(f"--sender (OUTBOX_SENDER) is required for the e-mail lane {lane!r}")
+    if smtp_url is not None:
+        smtp = smtp_settings(
+            smtp_url,
+            tls=smtp_tls,
+            sender=sender,
+            environment=environment,
+            allow_plaintext=allow_plaintext,
+            ca_file=smtp_ca_file,
+            sessions=smtp_sessions,
+        )
+    described = attrs.evolve(
+        described, timing=timing, sender_name=sender_name or described.sender_name
     )
-    smtp = smtp_settings(
-        smtp_url,
-        tls=smtp_tls,
-        sender=sender,
-        environment=environment,
-        allow_plaintext=allow_plaintext,
-        ca_file=smtp_ca_file,
-        sessions=smtp_sessions,
-    )
+    encryptor = encryptor_from(encryption_keys, encryption_keys_file)
+    try:
+        lane_run = EmailLaneRun(
+            database_url=database_url,
+            lane=described,
+            config=email_lane_config(
+                lane, timing, poll_interval, rows_in_flight, group_marks=group_marks
+            ),
+            sender=sender,
+            smtp=smtp,
+            encryptor=encryptor if encryptor is not None or app is None else app.encryptor,
+            leader=leader,
+            listen=listen,
+            drain=drain,
+        )
+    except ConfigurationError as exc:
+        raise SettingError(str(exc)) from None
     click.echo(f"timing: {timing.describe()}")
-    waits = f"; only {smtp.max_sessions} SMTP session(s) (--smtp-sessions): the rest wait for one"
+    waits = ""
+    if smtp is not None and rows_in_flight > smtp.max_sessions:
+        waits = (
+            f"; only {smtp.max_sessions} SMTP session(s) (--smtp-sessions): the rest wait for one"
+        )
     click.echo(
         f"rows in flight: {rows_in_flight} (a crash can duplicate at most {rows_in_flight} row(s))"
         + ("; marks grouped per window of rows in flight" if group_marks else "")
-        + (waits if rows_in_flight > smtp.max_sessions else "")
+        + waits
     )
-    click.echo(smtp.describe())
-    click.echo(describe_keys(options.encryptor))
+    click.echo(smtp.describe() if smtp is not None else "mailer: the application's own")
+    click.echo(describe_keys(lane_run.encryptor))
     with database_errors():
         problems = schema.verify(database_url)
     if problems:
         raise Failure(f"the outbox schema is incomplete ({problems[0]}): run `outbox schema apply`")
-    stats = run(_work(options, smtp))
+    stats = run(_work(lane_run))
     click.echo("worker stopped: " + ", ".join(f"{k} {v}" for k, v in attrs.asdict(stats).items()))
 
 
-async def _work(options: WorkerOptions, smtp: SmtpSettings) -> WorkerStats:
-    from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415 - the smtp extra, checked above
+async def _work(lane_run: EmailLaneRun) -> WorkerStats:
+    every = f"polling every {lane_run.config.poll_interval:g}s"
+    click.echo(
+        f"wake-up: LISTEN {WAKEUP_CHANNEL} ({every} stays the fallback)"
+        if lane_run.listen
+        else f"wake-up: {every}"
+    )
 
-    config = options.config
-    # One claim, the leader lease and one mark per row in flight at a time (marks are detached,
-    # so up to rows_in_flight of them run at once), plus one spare.
-    pool_size = 3 + config.rows_in_flight
-    async with (
-        connection_pool(options.database_url, max_size=pool_size) as pool,
-        lane_wakeups(
-            options.database_url,
-            [config.lane],
-            listen=options.listen,
-            poll_interval=config.poll_interval,
-        ) as (wakeup,),
-        SmtpMailer(smtp, steps=options.steps) as mailer,
-    ):
-        clock = SystemClock()
-        handler = EmailHandler(
-            mailer,
-            sender=options.sender,
-            sender_name=options.sender_name,
-            clock=clock,
-            steps=options.steps,
-            encryptor=options.encryptor,
-        )
-        leader = PostgresLeaderLease(pool) if options.leader else None
-        holder = f"{socket.gethostname()}:{os.getpid()}"
-        worker = Worker(
-            PostgresStore(pool),
-            handler,
-            config,
-            clock=clock,
-            leader=leader,
-            holder=holder,
-            wakeup=wakeup,
-            heartbeat=PostgresHeartbeat(pool),
-        )
+    def started(_worker: Worker) -> None:
         click.echo(
-            f"lane {config.lane}: holder {holder}, leader lease {'on' if leader else 'off'},"
-            f" {'drain' if options.drain else 'until SIGTERM/SIGINT'}"
+            f"lane {lane_run.config.lane}: holder {lane_run.holder}, leader lease"
+            f" {'on' if lane_run.leader else 'off'},"
+            f" {'drain' if lane_run.drain else 'until SIGTERM/SIGINT'}"
         )
-        with stop_on_signals(worker.request_stop):
-            return await worker.run(drain=options.drain)
+
+    stop = asyncio.Event()
+    with stop_on_signals(stop.set):
+        try:
+            return await run_email_lane(lane_run, stop=stop, started=started)
+        except TimeoutError:  # the LISTEN connection; psycopg's own failures reach database_errors
+            raise Failure("cannot use the database (--database-url): LISTEN timed out") from None
