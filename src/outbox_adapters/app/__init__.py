@@ -8,7 +8,8 @@ object's lane from the command line. Both go through :func:`~.runner.run_email_l
 sent the same way in either. docs/guides/application.md shows it end to end.
 """
 
-from outbox_adapters.app.application import EmailLane, MailerFactory, Outbox, load_app
+from outbox_adapters.app.application import Outbox, load_app
+from outbox_adapters.app.lanes import EmailLane, MailerFactory
 from outbox_adapters.app.runner import EmailLaneRun, run_email_lane
 
 __all__ = ["EmailLane", "EmailLaneRun", "MailerFactory", "Outbox", "load_app", "run_email_lane"]

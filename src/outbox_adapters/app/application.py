@@ -5,57 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from outbox_adapters.lanes.hooks import BounceReport, BrandingLookup, SuppressionCheck, check_hook
+from outbox_adapters.app.lanes import EmailLane
+from outbox_adapters.app.runner import EmailLaneRun, run_email_lane
+from outbox_adapters.lanes.email import email_lane
 from outbox_core.errors import ConfigurationError
-from outbox_core.messages import check_lane_name
-from outbox_core.ports import Encryptor, Mailer
-from outbox_core.timing import EmailStepBudgets, EmailTiming
+from outbox_core.ports import Encryptor
 
 if TYPE_CHECKING:
     from outbox_adapters.smtp import SmtpSettings  # noqa: TC004 - attrs never resolves it; no smtp extra needed
 
-__all__ = ["EmailLane", "MailerFactory", "Outbox", "load_app"]
-
-#: Makes the lane's mailer: given the SMTP settings (``None`` when the app names none) and the
-#: step budgets, an async context manager yielding a :class:`~outbox_core.ports.Mailer`.
-MailerFactory = Callable[
-    ["SmtpSettings | None", EmailStepBudgets], AbstractAsyncContextManager[Mailer]
-]
+__all__ = ["Outbox", "load_app"]
 
 
-def _lane_name(_inst: object, _attribute: object, value: str) -> None:
-    try:
-        check_lane_name(value)
-    except ValueError as exc:
-        raise ConfigurationError(f"EmailLane.name: {exc}") from None
-
-
-def _hook(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    del inst
-    check_hook(attribute.name, value)
-
-
-@attrs.frozen
-class EmailLane:
-    """One e-mail lane of the host: its name and the host's hooks (each ``None``: not used).
-
-    ``mailer``: the host's own mailer instead of SMTP (then ``smtp`` may be left out);
-    ``timing``: the lane's step budgets and batch; ``rows_in_flight``: rows sent at once."""
-
-    name: str = attrs.field(default="email", validator=_lane_name)
-    suppressed: SuppressionCheck | None = attrs.field(default=None, validator=_hook)
-    branding: BrandingLookup | None = attrs.field(default=None, validator=_hook)
-    bounce_report: BounceReport | None = attrs.field(default=None, validator=_hook)
-    mailer: MailerFactory | None = None
-    sender_name: str | None = None
-    timing: EmailTiming = attrs.field(factory=EmailTiming)
-    rows_in_flight: int = 1
+def _as_lanes(value: Iterable[EmailLane]) -> tuple[EmailLane, ...]:
+    return tuple(value)
 
 
 def _lanes(_inst: object, _attribute: object, value: Sequence[EmailLane]) -> None:
@@ -76,7 +44,7 @@ class Outbox:
     """
 
     lanes: tuple[EmailLane, ...] = attrs.field(
-        default=(EmailLane(),), converter=tuple, validator=_lanes
+        default=(EmailLane(),), converter=_as_lanes, validator=_lanes
     )
     database_url: str | None = None
     smtp: SmtpSettings | None = None
@@ -94,15 +62,38 @@ class Outbox:
         known = ", ".join(repr(lane.name) for lane in self.lanes)
         raise ConfigurationError(f"the application has no lane {name!r} (its lanes: {known})")
 
+    def lane_run(self, lane: EmailLane, *, drain: bool = False) -> EmailLaneRun:
+        """The run this application describes for ``lane`` (nothing left to the command line)."""
+        if self.database_url is None:
+            raise ConfigurationError("the application names no database_url")
+        sender = self.sender or (self.smtp.policy.sender if self.smtp is not None else None)
+        if sender is None:
+            raise ConfigurationError("the application names no sender")
+        config = email_lane(
+            lane=lane.name,
+            timing=lane.timing,
+            poll_interval=self.poll_interval,
+            rows_in_flight=lane.rows_in_flight,
+        )
+        return EmailLaneRun(
+            database_url=self.database_url,
+            lane=lane,
+            config=config,
+            sender=sender,
+            smtp=self.smtp,
+            encryptor=self.encryptor,
+            leader=self.leader,
+            listen=self.listen,
+            drain=drain,
+        )
+
     @contextlib.asynccontextmanager
     async def running(self, *names: str) -> AsyncIterator[dict[str, asyncio.Task[Any]]]:
         """Run the named lanes' workers (every lane without names) while the block runs; on
         leaving, stop claiming, let the rows in flight finish and be recorded, then return.
         A worker that fails is re-raised on leaving."""
-        from outbox_adapters.app.runner import EmailLaneRun, run_email_lane  # noqa: PLC0415
-
         chosen = [self.lane(name) for name in names] if names else list(self.lanes)
-        runs = [EmailLaneRun.of(self, lane) for lane in chosen]
+        runs = [self.lane_run(lane) for lane in chosen]
         stops = [asyncio.Event() for _ in runs]
         tasks = {
             run.lane.name: asyncio.create_task(run_email_lane(run, stop=stop), name=run.lane.name)

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from outbox_adapters.app.application import EmailLane, Outbox
+from outbox_adapters.app.lanes import EmailLane
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.extras import missing_extra
-from outbox_adapters.lanes.email import EmailHandler, email_lane
+from outbox_adapters.lanes.email import EmailHandler
 from outbox_adapters.postgres import (
     PostgresHeartbeat,
     PostgresLeaderLease,
@@ -60,32 +60,6 @@ class EmailLaneRun:
             raise ConfigurationError(
                 f"the e-mail lane {self.lane.name!r} needs SMTP settings (--smtp-url) or a mailer"
             )
-
-    @classmethod
-    def of(cls, app: Outbox, lane: EmailLane, *, drain: bool = False) -> EmailLaneRun:
-        """The run the application describes for ``lane`` (nothing left to the command line)."""
-        if app.database_url is None:
-            raise ConfigurationError("the application names no database_url")
-        sender = app.sender or (app.smtp.policy.sender if app.smtp is not None else None)
-        if sender is None:
-            raise ConfigurationError("the application names no sender")
-        config = email_lane(
-            lane=lane.name,
-            timing=lane.timing,
-            poll_interval=app.poll_interval,
-            rows_in_flight=lane.rows_in_flight,
-        )
-        return cls(
-            database_url=app.database_url,
-            lane=lane,
-            config=config,
-            sender=sender,
-            smtp=app.smtp,
-            encryptor=app.encryptor,
-            leader=app.leader,
-            listen=app.listen,
-            drain=drain,
-        )
 
 
 def _smtp_mailer(
