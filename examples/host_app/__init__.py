@@ -1,3 +1,3 @@
 """A host application's outbox, described once: its own lane and suppression hook, run by the
 host's own process (``async with outbox.running(...)``) and by ``outbox --app``
-(docs/guides/application.md)."""
+(docs/tutorials/application.md)."""

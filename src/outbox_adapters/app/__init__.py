@@ -5,7 +5,7 @@ suppression check, branding, a bounce report, a mailer of the host's own); ``asy
 outbox.running("email"):`` runs their workers inside the host's process (a FastAPI lifespan), and
 ``outbox --app package.module:attribute worker --lane email`` (or ``OUTBOX_APP``) runs the same
 object's lane from the command line. Both go through :func:`~.runner.run_email_lane`, so a row is
-sent the same way in either. docs/guides/application.md shows it end to end.
+sent the same way in either. docs/tutorials/application.md shows it end to end.
 """
 
 from outbox_adapters.app.application import Outbox, load_app
