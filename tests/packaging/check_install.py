@@ -178,6 +178,17 @@ def check_outbox(
     label: str,
 ) -> None:
     outbox = str(venv_python.parent / "outbox")
+    if (
+        "cli" not in have
+    ):  # the `outbox` script is installed, but click is not: one line naming [cli]
+        got = run([outbox, "--help"], where)
+        lines = got.stderr.strip().splitlines()
+        report.check(
+            f"{label}: outbox --help without [cli] -> exit 2, one line naming the extra",
+            got.returncode == 2 and len(lines) == 1 and HINT in lines[0],
+            f"exit {got.returncode}, {len(lines)} stderr line(s), last: {lines[-1] if lines else ''!r}",
+        )
+        return
     got = run([outbox, "--help"], where)
     report.check(
         f"{label}: outbox --help",
