@@ -115,6 +115,7 @@ TESTED_BY = {
     "docs/tutorials/code/django_shop/settings.py": ("tests/integration/test_tutorials.py", "django_shop.settings"),
     "docs/tutorials/code/django_shop/orders.py": ("tests/integration/test_tutorials.py", "django_shop.orders"),
     "examples/fastapi_app/__init__.py": ("tests/integration/test_fastapi.py", "examples.fastapi_app"),
+    "examples/host_app/outbox.py": ("tests/integration/test_host_app.py", "examples.host_app.outbox"),
     "docs/tutorials/code/alembic_migrations/env.py": ("tests/integration/test_alembic.py", '"env.py"'),
     "docs/tutorials/code/alembic_migrations/versions/outbox_triggers.py": (
         "tests/integration/test_alembic.py", '"outbox_triggers.py"',

@@ -191,7 +191,8 @@ def worker_command(  # noqa: C901, PLR0912, PLR0913, PLR0915, PLR0917 - one para
     else:
         timing = email_timing(budgets, batch_size, batch_timeout)
     smtp: SmtpSettings | None = app.smtp if app is not None else None
-    sender = sender or (app.sender if app is not None else None)
+    if sender is None and app is not None:
+        sender = app.sender
     if sender is None and smtp is not None:
         sender = smtp.policy.sender
     if smtp_url is None and smtp is None and described.mailer is None:
