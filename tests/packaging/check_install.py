@@ -6,7 +6,7 @@ DIST_DIR holds the built wheel (and sdist). For each `pip install 'leased-outbox
 README shows, a fresh venv (uv venv) gets ONLY that wheel with those extras, and the `outbox`
 command is run there: `--help`, `--version`, `schema sql`, then the commands of the line's extras
 (`--help`), and, for a command whose extra the line lacks, the one-line error naming the extra
-to install (exit 2). One more venv with `[all]` imports every module and finds the package data
+to install (exit 2). The tutorials' install lines are checked the same way. One more venv with `[all]` imports every module and finds the package data
 from site-packages. Every check runs; the failures are listed at the end (exit 1 if any).
 Needs `uv` on PATH; reads README.md and pyproject.toml (the extras' nesting) from the repository.
 """
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-README_INSTALL = re.compile(r"pip install '(leased-outbox\[([a-z0-9_,-]+)\])'")
+# An install line: a command line of a code block (not an error message quoted in the text).
+README_INSTALL = re.compile(r"^pip install '(leased-outbox\[([a-z0-9_,-]+)\])'", re.MULTILINE)
 HINT = "pip install 'leased-outbox["
 
 
@@ -44,18 +45,28 @@ def _cmd(extras: str, available: str, missing: str | None = None) -> Command:
     )
 
 
-# The table of the commands each extra brings (docs/reference/cli.md).
+# Where a command would connect, nothing listens: it must stop on the missing extra first.
+NO_DB = "--database-url postgresql://outbox@127.0.0.1:9/none"
+NATS = "--broker nats://127.0.0.1:9"
+KAFKA = "--broker kafka://127.0.0.1:9"
+SMTP = "--smtp-url smtp://127.0.0.1:9 --sender noreply@shop.example"
+
+# The table of the commands each extra brings (docs/reference/cli.md). A broker command's
+# `--help` needs no broker library; running it with a broker whose extra is missing exits 2.
 COMMANDS: tuple[Command, ...] = (
-    _cmd("smtp", "worker --help"),
+    _cmd("smtp", "worker --help", f"worker --lane email {NO_DB} {SMTP}"),
     _cmd("webhooks", "endpoints --help", "endpoints list"),
     _cmd("webhooks", "endpoints list --help", "endpoints list"),
     _cmd("webhooks", "deliveries --help"),
     _cmd("webhooks", "replay --help"),
-    _cmd("nats kafka", "relay --help"),
-    _cmd("nats kafka", "consume --help"),
-    _cmd("nats kafka", "publish --help"),
-    _cmd("nats kafka", "dlq --help", "dlq list"),
-    _cmd("nats kafka", "dlq list --help", "dlq list"),
+    _cmd("webhooks", "worker --help", f"worker --lane webhooks {NO_DB}"),
+    _cmd("nats", "relay --help", f"relay {NATS} {NO_DB}"),
+    _cmd("kafka", "relay --help", f"relay {KAFKA} {NO_DB}"),
+    _cmd("nats", "consume --help", f"consume --channel inapp {NATS} {NO_DB}"),
+    _cmd("kafka", "consume --help", f"consume --channel inapp {KAFKA} {NO_DB}"),
+    _cmd("nats", "dlq list --help", f"dlq list {NATS}"),
+    _cmd("kafka", "dlq list --help", f"dlq list {KAFKA}"),
+    _cmd("postgres", "publish --help"),
 )
 
 # Modules that need extras `[all]` leaves out (django, demo, embedded).
@@ -112,13 +123,16 @@ class Report:
             print(f"  FAIL  {label}: {detail}")
 
 
-def readme_installs(readme: Path) -> list[tuple[str, frozenset[str]]]:
-    """The `pip install 'leased-outbox[...]'` lines of the README, in order, each once."""
+def readme_installs(pages: list[Path]) -> list[tuple[str, frozenset[str]]]:
+    """The `pip install 'leased-outbox[...]'` lines of the README and the tutorials, in order,
+    each once (the extras sorted, so `[smtp,postgres]` and `[postgres,smtp]` are one install)."""
     seen: dict[str, frozenset[str]] = {}
-    for spec, extras in README_INSTALL.findall(readme.read_text(encoding="utf-8")):
-        seen.setdefault(spec, frozenset(extras.split(",")))
+    for page in pages:
+        for _spec, extras in README_INSTALL.findall(page.read_text(encoding="utf-8")):
+            names = frozenset(extras.split(","))
+            seen.setdefault(f"leased-outbox[{','.join(sorted(names))}]", names)
     if not seen:
-        sys.exit(f"no `pip install 'leased-outbox[...]'` line found in {readme}")
+        sys.exit(f"no `pip install 'leased-outbox[...]'` line found in {pages[0]}")
     return list(seen.items())
 
 
@@ -306,7 +320,9 @@ def main() -> int:
     optional = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
         "optional-dependencies"
     ]
-    installs = readme_installs(ROOT / "README.md")
+    installs = readme_installs(
+        [ROOT / "README.md", *sorted((ROOT / "docs" / "tutorials").glob("*.md"))]
+    )
     print(f"wheel {wheel.name}; README installs: {', '.join(spec for spec, _ in installs)}")
     report = Report(failures=[])
     with tempfile.TemporaryDirectory(prefix="outbox-package-") as tmp:

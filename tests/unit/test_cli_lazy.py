@@ -86,6 +86,31 @@ def test_help_and_version_import_no_technology():
             ("nats",),
             "nats",
         ),
+        # The broker's extra is checked as the option is read, before the database is opened.
+        (
+            [
+                "relay",
+                "--broker",
+                "nats://127.0.0.1:1",
+                "--database-url",
+                "postgresql://127.0.0.1:1/x",
+            ],
+            ("nats",),
+            "nats",
+        ),
+        (
+            [
+                "consume",
+                "--channel",
+                "inapp",
+                "--database-url",
+                "postgresql://127.0.0.1:1/x",
+                "--broker",
+                "kafka://127.0.0.1:1",
+            ],
+            ("aiokafka",),
+            "kafka",
+        ),
     ],
 )
 def test_a_command_whose_extra_is_missing_exits_2_naming_the_extra(args, blocked, extra):
@@ -99,6 +124,14 @@ def test_a_command_whose_extra_is_missing_exits_2_naming_the_extra(args, blocked
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert f"pip install 'leased-outbox[{extra}]'" in lines[0]
+
+
+def test_the_outbox_script_without_click_names_the_cli_extra():
+    done = _run_blocked(("click",), "from outbox_adapters.__main__ import main\nmain()\n")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("Error: ")
+    assert "pip install 'leased-outbox[cli]'" in line
 
 
 def test_the_webhook_lane_without_its_extra_is_refused_naming_it():

@@ -61,6 +61,7 @@ __all__ = [
     "dlq_subject",
     "park_message",
     "parse_broker_url",
+    "require_broker",
 ]
 
 #: The names imported on first use, and the module of each.
@@ -92,6 +93,17 @@ def parse_broker_url(url: str) -> BrokerUrl:
     """The broker, addresses, TLS and credentials ``url`` names (:class:`~.urls.BrokerUrl`);
     :class:`ConfigurationError` naming the URL (its password masked) otherwise."""
     return BrokerUrl.parse(url)
+
+
+def require_broker(url: str) -> BrokerUrl:
+    """``url`` parsed, once its broker's adapter imports: a command checks this before it opens
+    anything else, so a missing extra is the first thing it says.
+
+    Raises :class:`ValueError` for a malformed URL and
+    :class:`~outbox_adapters.extras.MissingExtra` when that broker's extra is missing."""
+    parsed = BrokerUrl.parse(url)
+    _load(f"outbox_adapters.brokers.{parsed.broker}", f"a {parsed.broker}:// broker")
+    return parsed
 
 
 def broker_from_url(

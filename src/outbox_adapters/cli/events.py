@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import attrs
 import click
 
-from outbox_adapters.brokers import connect_broker
+from outbox_adapters.brokers import connect_broker, require_broker
 from outbox_adapters.cli.options import (
     Failure,
     SettingError,
@@ -51,11 +51,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_TOPIC = "platform-events"
 
 
+def _checked_broker(_ctx: click.Context, _param: click.Parameter, url: str | None) -> str | None:
+    """The URL, once it parses and its broker's extra is installed (before anything connects)."""
+    if url is not None:
+        try:
+            require_broker(url)
+        except (ConfigurationError, ValueError) as exc:
+            raise setting_error("--broker", "OUTBOX_BROKER", str(exc)) from None
+    return url
+
+
 def broker_option(*, required: bool) -> Callable[[F], F]:
     return option(
         "--broker",
         env="OUTBOX_BROKER",
         required=required,
+        callback=_checked_broker,
         metavar="URL",
         help="nats://HOST:PORT or kafka://HOST:PORT[,HOST:PORT...]; over TLS tls://... (NATS)"
         " or kafkas://... (Kafka), with USER:PASSWORD@ and, for Kafka, ?sasl=MECH;"
