@@ -102,8 +102,13 @@ def require_broker(url: str) -> BrokerUrl:
     Raises :class:`ValueError` for a malformed URL and
     :class:`~outbox_adapters.extras.MissingExtra` when that broker's extra is missing."""
     parsed = BrokerUrl.parse(url)
-    _load(f"outbox_adapters.brokers.{parsed.broker}", f"a {parsed.broker}:// broker")
+    _adapter(parsed)
     return parsed
+
+
+def _adapter(parsed: BrokerUrl) -> Any:  # noqa: ANN401 - a module
+    """The adapter module of the broker ``parsed`` names (``MissingExtra`` without its extra)."""
+    return _load(f"outbox_adapters.brokers.{parsed.broker}", f"a {parsed.broker}:// broker")
 
 
 def broker_from_url(
@@ -114,8 +119,7 @@ def broker_from_url(
     Raises :class:`~outbox_adapters.extras.MissingExtra` when that broker's extra is missing."""
     parsed = BrokerUrl.parse(url)
     if parsed.broker == "nats":
-        nats = _load("outbox_adapters.brokers.nats", "a nats:// broker")
-        return nats.NatsBroker(  # type: ignore[no-any-return]
+        return _adapter(parsed).NatsBroker(  # type: ignore[no-any-return]
             parsed.nats_servers(),
             streams=streams,
             ack_wait=timedelta(minutes=2) if ack_wait is None else ack_wait,
@@ -123,8 +127,7 @@ def broker_from_url(
             user=parsed.username,
             password=parsed.password,
         )
-    kafka = _load("outbox_adapters.brokers.kafka", "a kafka:// broker")
-    return kafka.KafkaBroker(  # type: ignore[no-any-return]
+    return _adapter(parsed).KafkaBroker(  # type: ignore[no-any-return]
         parsed.addresses, streams=streams, security=parsed.kafka_security()
     )
 
