@@ -162,9 +162,9 @@ class HoldingPublisher:
 
 
 def _spec(topic: str) -> Any:
-    from outbox_adapters.cli.events import stream_specs  # noqa: PLC0415 - child-only
+    from outbox_adapters.app.event_lanes import topic_streams  # noqa: PLC0415 - child-only
 
-    return stream_specs([topic], 1.0)[0]
+    return topic_streams([topic], timedelta(days=1))[0]
 
 
 async def _relay(args: argparse.Namespace) -> int:

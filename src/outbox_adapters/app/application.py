@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from outbox_adapters.app.context import Lane
 from outbox_adapters.app.lanes import EmailLane
-from outbox_adapters.app.runner import EmailLaneRun, run_email_lane
-from outbox_adapters.lanes.email import email_lane
+from outbox_adapters.app.runner import check_lane, run_lane
 from outbox_core.errors import ConfigurationError
 from outbox_core.ports import Encryptor
 
@@ -22,14 +22,18 @@ if TYPE_CHECKING:
 __all__ = ["Outbox", "load_app"]
 
 
-def _as_lanes(value: Iterable[EmailLane]) -> tuple[EmailLane, ...]:
+def _as_lanes(value: Iterable[Lane]) -> tuple[Lane, ...]:
     return tuple(value)
 
 
-def _lanes(_inst: object, _attribute: object, value: Sequence[EmailLane]) -> None:
+def _lanes(_inst: object, _attribute: object, value: Sequence[Lane]) -> None:
+    for lane in value:
+        if not isinstance(lane, Lane):
+            raise ConfigurationError(
+                f"Outbox.lanes: {lane!r} is not a lane (EmailLane, WebhookLane, RelayLane,"
+                " EmailChannelLane, InAppChannelLane or one of the host's own)"
+            )
     names = [lane.name for lane in value]
-    if not all(isinstance(lane, EmailLane) for lane in value):
-        raise ConfigurationError("Outbox.lanes: each lane must be an EmailLane")
     duplicated = sorted({name for name in names if names.count(name) > 1})
     if duplicated:
         raise ConfigurationError(f"Outbox.lanes: lane {duplicated[0]!r} is described twice")
@@ -37,24 +41,28 @@ def _lanes(_inst: object, _attribute: object, value: Sequence[EmailLane]) -> Non
 
 @attrs.frozen
 class Outbox:
-    """The host's outbox: its database, its SMTP relay and sender, its keys, its e-mail lanes.
+    """The host's outbox: its database, its SMTP relay and sender, its broker, its keys, and the
+    lanes it runs (e-mail lanes, the webhook lane, the relay, the consumer channels).
 
     Every field the CLI also has a flag for may be left out here and given there
-    (``--database-url``, ``--smtp-url``, ``--sender``); a value given on the command line wins.
+    (``--database-url``, ``--smtp-url``, ``--sender``, ``--broker``, ...); a value given on the
+    command line wins. ``environment``: ``production`` refuses plain-text SMTP and http webhooks.
     """
 
-    lanes: tuple[EmailLane, ...] = attrs.field(
+    lanes: tuple[Lane, ...] = attrs.field(
         default=(EmailLane(),), converter=_as_lanes, validator=_lanes
     )
     database_url: str | None = None
     smtp: SmtpSettings | None = None
     sender: str | None = None
+    broker: str | None = None
     encryptor: Encryptor | None = None
+    environment: str = "development"
     leader: bool = True
     listen: bool = True
     poll_interval: float = 1.0
 
-    def lane(self, name: str) -> EmailLane:
+    def lane(self, name: str) -> Lane:
         """The lane called ``name``; :class:`ConfigurationError` naming the lanes there are."""
         for lane in self.lanes:
             if lane.name == name:
@@ -62,42 +70,25 @@ class Outbox:
         known = ", ".join(repr(lane.name) for lane in self.lanes)
         raise ConfigurationError(f"the application has no lane {name!r} (its lanes: {known})")
 
-    def lane_run(self, lane: EmailLane, *, drain: bool = False) -> EmailLaneRun:
-        """The run this application describes for ``lane`` (nothing left to the command line)."""
-        if self.database_url is None:
-            raise ConfigurationError("the application names no database_url")
-        sender = self.sender or (self.smtp.policy.sender if self.smtp is not None else None)
-        if sender is None:
-            raise ConfigurationError("the application names no sender")
-        config = email_lane(
-            lane=lane.name,
-            timing=lane.timing,
-            poll_interval=self.poll_interval,
-            rows_in_flight=lane.rows_in_flight,
-        )
-        return EmailLaneRun(
-            database_url=self.database_url,
-            lane=lane,
-            config=config,
-            sender=sender,
-            smtp=self.smtp,
-            encryptor=self.encryptor,
-            leader=self.leader,
-            listen=self.listen,
-            drain=drain,
-        )
+    def sender_address(self) -> str | None:
+        """The envelope sender: ``sender``, else the SMTP settings' own."""
+        if self.sender is not None:
+            return self.sender
+        return self.smtp.policy.sender if self.smtp is not None else None
 
     @contextlib.asynccontextmanager
     async def running(self, *names: str) -> AsyncIterator[dict[str, asyncio.Task[Any]]]:
         """Run the named lanes' workers (every lane without names) while the block runs; on
-        leaving, stop claiming, let the rows in flight finish and be recorded, then return.
-        A worker that fails is re-raised on leaving."""
+        leaving, stop claiming, let the work in flight finish and be recorded, then return.
+        Every lane is checked before any starts (:class:`ConfigurationError` naming what is
+        missing); a worker that fails is re-raised on leaving."""
         chosen = [self.lane(name) for name in names] if names else list(self.lanes)
-        runs = [self.lane_run(lane) for lane in chosen]
-        stops = [asyncio.Event() for _ in runs]
+        for lane in chosen:
+            check_lane(self, lane)
+        stops = [asyncio.Event() for _ in chosen]
         tasks = {
-            run.lane.name: asyncio.create_task(run_email_lane(run, stop=stop), name=run.lane.name)
-            for run, stop in zip(runs, stops, strict=True)
+            lane.name: asyncio.create_task(run_lane(self, lane, stop=stop), name=lane.name)
+            for lane, stop in zip(chosen, stops, strict=True)
         }
         try:
             yield tasks

@@ -1,23 +1,35 @@
-"""An e-mail lane as the host describes it: :class:`EmailLane`, its hooks and its mailer."""
+"""An e-mail lane as the host describes it: :class:`EmailLane`, its hooks and its mailer.
+
+The same description is the sending half of the e-mail channel
+(:class:`~outbox_adapters.app.event_lanes.EmailChannelLane`), so suppression, branding, a bounce
+report and a mailer of the host's own apply to the channel's e-mails too.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from outbox_adapters.app.context import COMMON_OPTIONS, AppSettings, LaneContext, lane_name
+from outbox_adapters.extras import missing_extra
+from outbox_adapters.lanes.email import EmailHandler, email_lane
 from outbox_adapters.lanes.hooks import BounceReport, BrandingLookup, SuppressionCheck, check_hook
+from outbox_adapters.postgres import PostgresStore
+from outbox_adapters.runtime import LaneConfig, Worker
+from outbox_core.backoff import Backoff
 from outbox_core.errors import ConfigurationError
-from outbox_core.messages import check_lane_name
 from outbox_core.ports import Mailer
 from outbox_core.timing import EmailStepBudgets, EmailTiming
 
 if TYPE_CHECKING:
     from outbox_adapters.smtp import SmtpSettings
+    from outbox_core.brokers import StreamSpec
 
-__all__ = ["EmailLane", "MailerFactory"]
+__all__ = ["EMAIL_OPTIONS", "EmailLane", "MailerFactory", "open_mailer"]
 
 #: Makes the lane's mailer: given the SMTP settings (``None`` when the app names none) and the
 #: step budgets, an async context manager yielding a :class:`~outbox_core.ports.Mailer`.
@@ -25,12 +37,24 @@ MailerFactory = Callable[
     ["SmtpSettings | None", EmailStepBudgets], AbstractAsyncContextManager[Mailer]
 ]
 
-
-def _lane_name(_inst: object, _attribute: object, value: str) -> None:
-    try:
-        check_lane_name(value)
-    except ValueError as exc:
-        raise ConfigurationError(f"EmailLane.name: {exc}") from None
+#: The ``outbox worker`` options of an e-mail lane: its timing, its rows in flight, SMTP.
+EMAIL_OPTIONS: Final = frozenset(
+    {
+        "batch_size",
+        "batch_timeout",
+        "rows_in_flight",
+        "group_marks",
+        "budgets",
+        "smtp_url",
+        "smtp_tls",
+        "sender",
+        "sender_name",
+        "allow_plaintext",
+        "smtp_ca_file",
+        "smtp_sessions",
+        "environment",
+    }
+)
 
 
 def _hook(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -38,14 +62,32 @@ def _hook(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     check_hook(attribute.name, value)
 
 
+def open_mailer(
+    app: AppSettings, lane: str, factory: MailerFactory | None, budgets: EmailStepBudgets
+) -> AbstractAsyncContextManager[Mailer]:
+    """The mailer of ``lane``: the host's own ``factory``, or SMTP with ``app.smtp``."""
+    if factory is not None:
+        return factory(app.smtp, budgets)
+    try:
+        from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415 - the smtp extra
+    except ImportError as exc:
+        raise missing_extra(exc, f"the e-mail lane {lane!r}") from exc
+    if app.smtp is None:
+        raise ConfigurationError(f"the e-mail lane {lane!r} needs SMTP settings or a mailer")
+    return SmtpMailer(app.smtp, steps=budgets)
+
+
 @attrs.frozen
 class EmailLane:
     """One e-mail lane of the host: its name and the host's hooks (each ``None``: not used).
 
     ``mailer``: the host's own mailer instead of SMTP (then ``smtp`` may be left out);
-    ``timing``: the lane's step budgets and batch; ``rows_in_flight``: rows sent at once."""
+    ``timing``: the lane's step budgets and batch; ``rows_in_flight``: rows sent at once (a crash
+    can duplicate at most that many); ``group_marks``: one statement records each window of
+    rows in flight; ``backoff``: when a transient failure is retried (``None``: the e-mail lane's
+    15 slots over about 72 hours)."""
 
-    name: str = attrs.field(default="email", validator=_lane_name)
+    name: str = attrs.field(default="email", validator=lane_name("EmailLane"))
     suppressed: SuppressionCheck | None = attrs.field(default=None, validator=_hook)
     branding: BrandingLookup | None = attrs.field(default=None, validator=_hook)
     bounce_report: BounceReport | None = attrs.field(default=None, validator=_hook)
@@ -53,3 +95,96 @@ class EmailLane:
     sender_name: str | None = None
     timing: EmailTiming = attrs.field(factory=EmailTiming)
     rows_in_flight: int = 1
+    group_marks: bool = False
+    backoff: Backoff | None = None
+
+    @property
+    def options(self) -> frozenset[str]:
+        return COMMON_OPTIONS | EMAIL_OPTIONS | {"leader"}
+
+    @property
+    def wakeup_lane(self) -> str:
+        return self.name
+
+    def config(self, app: AppSettings) -> LaneConfig:
+        """The runtime's configuration of this lane (ConfigurationError naming what is wrong)."""
+        stated: dict[str, Any] = {} if self.backoff is None else {"backoff": self.backoff}
+        return email_lane(
+            lane=self.name,
+            timing=self.timing,
+            poll_interval=app.poll_interval,
+            rows_in_flight=self.rows_in_flight,
+            group_marks=self.group_marks,
+            **stated,
+        )
+
+    def check(self, app: AppSettings) -> None:
+        if app.smtp is None and self.mailer is None:
+            raise ConfigurationError(
+                f"the e-mail lane {self.name!r} needs SMTP settings (--smtp-url) or a mailer"
+            )
+        if app.sender_address() is None:
+            raise ConfigurationError(f"the e-mail lane {self.name!r} needs a sender (--sender)")
+        self.config(app)
+
+    def pool_size(self) -> int:
+        # One claim, the leader lease and one mark per row in flight at a time (marks are
+        # detached, so up to rows_in_flight of them run at once), plus one spare.
+        return 3 + self.rows_in_flight
+
+    def streams(self, app: AppSettings) -> Sequence[StreamSpec] | None:
+        del app
+        return None
+
+    def describe(self, app: AppSettings) -> list[str]:
+        n = self.rows_in_flight
+        waits = ""
+        if app.smtp is not None and self.mailer is None and n > app.smtp.max_sessions:
+            waits = (
+                f"; only {app.smtp.max_sessions} SMTP session(s) (--smtp-sessions):"
+                " the rest wait for one"
+            )
+        return [
+            f"timing: {self.timing.describe()}",
+            f"rows in flight: {n} (a crash can duplicate at most {n} row(s))"
+            + ("; marks grouped per window of rows in flight" if self.group_marks else "")
+            + waits,
+            app.smtp.describe()
+            if app.smtp is not None and self.mailer is None
+            else "mailer: the application's own",
+        ]
+
+    def handler(self, context: LaneContext, mailer: Mailer) -> EmailHandler:
+        """The lane's row handler over ``mailer``, with the host's hooks and the app's keys."""
+        sender = context.app.sender_address()
+        assert sender is not None  # noqa: S101 - check() refused an app without one
+        return EmailHandler(
+            mailer,
+            sender=sender,
+            sender_name=self.sender_name,
+            clock=context.clock,
+            steps=self.timing.budgets,
+            suppressed=self.suppressed,
+            branding=self.branding,
+            bounce_report=self.bounce_report,
+            encryptor=context.app.encryptor,
+        )
+
+    @contextlib.asynccontextmanager
+    async def workers(self, context: LaneContext) -> AsyncIterator[Worker]:
+        """The lane's one worker: the runtime over the e-mail table with :meth:`handler`."""
+        store = PostgresStore(context.pool)
+        async with open_mailer(context.app, self.name, self.mailer, self.timing.budgets) as mailer:
+            try:
+                yield Worker(
+                    store,
+                    self.handler(context, mailer),
+                    self.config(context.app),
+                    clock=context.clock,
+                    leader=context.leader,
+                    holder=context.holder,
+                    wakeup=context.wakeup,
+                    heartbeat=context.heartbeat,
+                )
+            finally:
+                await store.close()  # the pool is the runner's

@@ -1,5 +1,6 @@
-"""The e-mail lane's runner: pool, wake-up, mailer, handler, leader lease, heartbeat and worker,
-built the same way for the host's process (:meth:`Outbox.running`) and for ``outbox worker``."""
+"""The one lane runner: for any lane description, the pool, the wake-up, the leader lease, the
+heartbeat and the broker, built the same way for the host's process (:meth:`Outbox.running`) and
+for ``outbox worker --lane NAME`` (and ``outbox relay`` / ``outbox consume``)."""
 
 from __future__ import annotations
 
@@ -7,32 +8,16 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
-import attrs
-
-from outbox_adapters.app.lanes import EmailLane
+from outbox_adapters.app.context import AppSettings, Lane, LaneContext, Runnable
 from outbox_adapters.clock import SystemClock
-from outbox_adapters.extras import missing_extra
-from outbox_adapters.lanes.email import EmailHandler
-from outbox_adapters.postgres import (
-    PostgresHeartbeat,
-    PostgresLeaderLease,
-    PostgresStore,
-    WakeupListener,
-)
+from outbox_adapters.postgres import PostgresHeartbeat, PostgresLeaderLease, WakeupListener
 from outbox_adapters.postgres.pools import connection_pool
-from outbox_adapters.runtime import LaneConfig, Worker, WorkerStats
-from outbox_adapters.wakeup import Wakeup
 from outbox_core.errors import ConfigurationError
-from outbox_core.ports import Encryptor, Mailer
 
-if TYPE_CHECKING:
-    from outbox_adapters.smtp import SmtpSettings  # noqa: TC004 - attrs never resolves it; no smtp extra needed
-
-__all__ = ["EmailLaneRun", "run_email_lane"]
+__all__ = ["check_lane", "default_holder", "run_lane"]
 
 
 def default_holder() -> str:
@@ -40,103 +25,65 @@ def default_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-@attrs.frozen
-class EmailLaneRun:
-    """Everything one e-mail lane's worker needs, checked: where from, what to send with."""
-
-    database_url: str
-    lane: EmailLane
-    config: LaneConfig
-    sender: str
-    smtp: SmtpSettings | None = None
-    encryptor: Encryptor | None = None
-    leader: bool = True
-    listen: bool = True
-    drain: bool = False
-    holder: str = attrs.field(factory=default_holder)
-
-    def __attrs_post_init__(self) -> None:
-        if self.smtp is None and self.lane.mailer is None:
-            raise ConfigurationError(
-                f"the e-mail lane {self.lane.name!r} needs SMTP settings (--smtp-url) or a mailer"
-            )
+def check_lane(app: AppSettings, lane: Lane) -> str:
+    """Everything ``lane`` needs from ``app``, checked before any connection: returns the
+    database URL; :class:`ConfigurationError` naming what is missing or wrong."""
+    if app.database_url is None:
+        raise ConfigurationError("the application names no database_url (--database-url)")
+    lane.check(app)
+    return app.database_url
 
 
-def _smtp_mailer(
-    smtp: SmtpSettings | None, run: EmailLaneRun
-) -> AbstractAsyncContextManager[Mailer]:
-    try:
-        from outbox_adapters.smtp import SmtpMailer  # noqa: PLC0415 - the smtp extra
-    except ImportError as exc:
-        raise missing_extra(exc, f"the e-mail lane {run.lane.name!r}") from exc
-    assert smtp is not None  # noqa: S101 - EmailLaneRun refuses a lane with neither
-    return SmtpMailer(smtp, steps=run.lane.timing.budgets)
-
-
-@contextlib.asynccontextmanager
-async def _wakeup(run: EmailLaneRun) -> AsyncIterator[Wakeup | None]:
-    if not run.listen:
-        yield None
-        return
-    listener = WakeupListener(run.database_url)
-    await listener.start()
-    try:
-        yield listener.wakeup(run.lane.name)
-    finally:
-        await listener.aclose()
-
-
-async def run_email_lane(
-    run: EmailLaneRun,
+async def run_lane(  # noqa: PLR0913 - keyword-only knobs, each with a default
+    app: AppSettings,
+    lane: Lane,
     *,
     stop: asyncio.Event | None = None,
-    started: Callable[[Worker], None] | None = None,
-) -> WorkerStats:
-    """Work ``run``'s lane until ``stop`` is set (or, with ``run.drain``, until none is due):
-    the rows in flight finish and are recorded before it returns."""
-    config = run.config
-    factory = run.lane.mailer
-    # One claim, the leader lease and one mark per row in flight at a time (marks are detached,
-    # so up to rows_in_flight of them run at once), plus one spare.
-    async with (
-        connection_pool(run.database_url, max_size=3 + config.rows_in_flight) as pool,
-        _wakeup(run) as wakeup,
-        (
-            factory(run.smtp, run.lane.timing.budgets) if factory else _smtp_mailer(run.smtp, run)
-        ) as mailer,
-    ):
-        clock = SystemClock()
-        lane = run.lane
-        handler = EmailHandler(
-            mailer,
-            sender=run.sender,
-            sender_name=lane.sender_name,
-            clock=clock,
-            steps=lane.timing.budgets,
-            suppressed=lane.suppressed,
-            branding=lane.branding,
-            bounce_report=lane.bounce_report,
-            encryptor=run.encryptor,
-        )
-        worker = Worker(
-            PostgresStore(pool),
-            handler,
-            config,
-            clock=clock,
-            leader=PostgresLeaderLease(pool) if run.leader else None,
-            holder=run.holder,
-            wakeup=wakeup,
+    drain: bool = False,
+    holder: str | None = None,
+    started: Callable[[Runnable], None] | None = None,
+) -> Any:  # noqa: ANN401 - the lane's own stats
+    """Work ``lane`` with ``app``'s settings until ``stop`` is set (or, with ``drain``, until
+    none is due): what is in flight finishes and is recorded before it returns its stats."""
+    url = check_lane(app, lane)
+    streams = lane.streams(app)
+    async with contextlib.AsyncExitStack() as stack:
+        broker = None
+        if streams is not None:
+            from outbox_adapters.brokers import connect_broker  # noqa: PLC0415 - broker extras
+
+            assert app.broker is not None  # noqa: S101 - lane.check refuses a lane without one
+            broker = await connect_broker(app.broker, streams=streams)
+            stack.push_async_callback(broker.aclose)
+        pool = await stack.enter_async_context(connection_pool(url, max_size=lane.pool_size()))
+        wakeup = None
+        if app.listen and lane.wakeup_lane is not None:
+            listener = WakeupListener(url)
+            await listener.start()
+            stack.push_async_callback(listener.aclose)
+            # The listener holds its subscribers weakly: the lane's workers keep this one alive.
+            wakeup = listener.wakeup(lane.wakeup_lane)
+        context = LaneContext(
+            app=app,
+            pool=pool,
+            clock=SystemClock(),
+            holder=holder or default_holder(),
+            leader=PostgresLeaderLease(pool) if app.leader and "leader" in lane.options else None,
             heartbeat=PostgresHeartbeat(pool),
+            wakeup=wakeup,
+            broker=broker,
+            drain=drain,
         )
+        runnable = await stack.enter_async_context(lane.workers(context))
         if started is not None:
-            started(worker)
+            started(runnable)
         if stop is None:
-            return await worker.run(drain=run.drain)
+            return await runnable.run(drain=drain)
         stopping = asyncio.create_task(stop.wait())
-        working = asyncio.create_task(worker.run(drain=run.drain))
+        working = asyncio.create_task(runnable.run(drain=drain))
         try:
             await asyncio.wait({stopping, working}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            worker.request_stop()
+            runnable.request_stop()
             stopping.cancel()
         return await working

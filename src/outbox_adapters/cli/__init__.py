@@ -66,7 +66,7 @@ COMMANDS: Final[Mapping[str, tuple[str, str, str]]] = {
     "worker": (
         "worker",
         "worker_command",
-        "Claim, send and mark rows until SIGTERM/SIGINT (or, with --drain, until none is due).",
+        "Work one lane until SIGTERM/SIGINT (or, with --drain, until none is due).",
     ),
     "get": (
         "operator",

@@ -12,104 +12,40 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-import attrs
 import click
 
-from outbox_adapters.brokers import connect_broker, require_broker
+from outbox_adapters.brokers import connect_broker
+from outbox_adapters.cli.lane_flags import chosen
+from outbox_adapters.cli.lane_options import (
+    broker_option,
+    max_age_option,
+    topic_option,
+    topics_option,
+)
+from outbox_adapters.cli.lane_run import start_lane
 from outbox_adapters.cli.options import (
-    Failure,
     SettingError,
-    connection_pool,
     database_errors,
     database_url,
     json_option,
     option,
     run,
     setting_error,
-    stop_on_signals,
 )
 from outbox_adapters.cli.telemetry import metrics_options
-from outbox_adapters.cli.wakeup import lane_wakeups, listen_option
-from outbox_adapters.lanes.relay import RelayHandler, relay_disabled_warning, relay_lane
-from outbox_adapters.postgres import PostgresHeartbeat, PostgresLeaderLease, PostgresStore, schema
-from outbox_adapters.postgres.events import outbox_event, publish
-from outbox_adapters.runtime import Worker
-from outbox_core.brokers import StreamSpec
+from outbox_adapters.cli.wakeup import listen_option
+from outbox_adapters.lanes.relay import relay_disabled_warning
+from outbox_adapters.postgres.events import RELAY_LANE, publish
 from outbox_core.errors import ConfigurationError, InvalidMessage
 
 __all__ = ["dlq_group", "publish_command", "relay_command"]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-#: The topic the platform's lifecycle events ride on (the seed's ``platform-events``).
-DEFAULT_TOPIC = "platform-events"
-
-
-def _checked_broker(_ctx: click.Context, _param: click.Parameter, url: str | None) -> str | None:
-    """The URL, once it parses and its broker's extra is installed (before anything connects)."""
-    if url is not None:
-        try:
-            require_broker(url)
-        except (ConfigurationError, ValueError) as exc:
-            raise setting_error("--broker", "OUTBOX_BROKER", str(exc)) from None
-    return url
-
-
-def broker_option(*, required: bool) -> Callable[[F], F]:
-    return option(
-        "--broker",
-        env="OUTBOX_BROKER",
-        required=required,
-        callback=_checked_broker,
-        metavar="URL",
-        help="nats://HOST:PORT or kafka://HOST:PORT[,HOST:PORT...]; over TLS tls://... (NATS)"
-        " or kafkas://... (Kafka), with USER:PASSWORD@ and, for Kafka, ?sasl=MECH;"
-        " ?ca=PATH trusts a private CA",
-    )
-
-
-def topic_option(command: F) -> F:
-    return option(
-        "--topic",
-        "topics",
-        env="OUTBOX_TOPIC",
-        multiple=True,
-        default=(DEFAULT_TOPIC,),
-        show_default=True,
-        help="A topic (NATS subject / Kafka topic) to declare and work; repeat for more.",
-    )(command)
-
-
-def stream_specs(topics: Sequence[str], max_age_days: float) -> list[StreamSpec]:
-    try:
-        return [
-            StreamSpec(
-                name=topic.replace(".", "_").replace("-", "_").upper(),
-                subjects=(topic,),
-                max_age=timedelta(days=max_age_days),
-            )
-            for topic in topics
-        ]
-    except (ConfigurationError, ValueError) as exc:
-        raise setting_error("--topic", "OUTBOX_TOPIC", str(exc)) from None
-
-
-def _verified(database: str) -> None:
-    with database_errors():
-        problems = schema.verify(database)
-    if problems:
-        raise Failure(f"the outbox schema is incomplete ({problems[0]}): run `outbox schema apply`")
-
 
 @click.command("publish")
 @database_url()
-@option("--topic", env="OUTBOX_TOPIC", default=DEFAULT_TOPIC, show_default=True, help="Topic.")
+@topic_option
 @option("--key", env="OUTBOX_EVENT_KEY", required=True, help="Partition key (per-key order).")
 @option("--type", "event_type", env="OUTBOX_EVENT_TYPE", required=True, help="Event type.")
 @option("--data", env="OUTBOX_EVENT_DATA", required=True, metavar="JSON", help="A JSON object.")
@@ -153,15 +89,8 @@ def publish_command(  # noqa: PLR0913, PLR0917 - one parameter per option
 @metrics_options
 @database_url()
 @broker_option(required=False)
-@topic_option
-@option(
-    "--max-age-days",
-    env="OUTBOX_STREAM_MAX_AGE_DAYS",
-    type=click.FloatRange(min=0, min_open=True),
-    default=7.0,
-    show_default=True,
-    help="How long the broker keeps events (short: they carry personal data).",
-)
+@topics_option
+@max_age_option
 @option("--drain", env="OUTBOX_DRAIN", is_flag=True, help="Exit once nothing is left to publish.")
 @option(
     "--leader/--no-leader",
@@ -180,73 +109,16 @@ def publish_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     help="Sleep after a claim that found less than a batch.",
 )
 @listen_option
-def relay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
-    database_url: str,
-    broker: str | None,
-    topics: tuple[str, ...],
-    max_age_days: float,
-    drain: bool,  # noqa: FBT001
-    leader: bool,  # noqa: FBT001
-    poll_interval: float,
-    listen: bool,  # noqa: FBT001
-) -> None:
-    """Publish the event outbox to the broker, in key order, until SIGTERM (or --drain)."""
-    if broker is None:
+def relay_command(**_options: object) -> None:
+    """Publish the event outbox to the broker, in key order, until SIGTERM (or --drain).
+
+    The lane ``events`` of the one runner (``outbox worker --lane events`` is the same)."""
+    ctx = click.get_current_context()
+    app, lane = chosen(ctx, RELAY_LANE, builtin_fallback=True)
+    if app.broker is None:
         click.echo(relay_disabled_warning(), err=True)
         return
-    specs = stream_specs(topics, max_age_days)
-    try:
-        config = relay_lane(poll_interval=poll_interval)
-    except ConfigurationError as exc:
-        raise SettingError(f"relay: {exc}") from None
-    click.echo(f"relay timing: {config.timing.describe()}")
-    _verified(database_url)
-    stats = run(
-        _relay(database_url, broker, specs, config, drain=drain, leader=leader, listen=listen)
-    )
-    figures = attrs.asdict(stats)
-    click.echo("relay stopped: " + ", ".join(f"{k} {v}" for k, v in figures.items() if v))
-
-
-async def _relay(  # noqa: PLR0913 - the validated settings
-    database_url: str,
-    broker_url: str,
-    specs: Sequence[StreamSpec],
-    config: Any,  # noqa: ANN401 - a LaneConfig
-    *,
-    drain: bool,
-    leader: bool,
-    listen: bool,
-) -> Any:  # noqa: ANN401 - WorkerStats
-    try:
-        broker = await connect_broker(broker_url, streams=specs)
-    except ConfigurationError as exc:
-        raise setting_error("--broker", "OUTBOX_BROKER", str(exc)) from None
-    holder = f"{socket.gethostname()}:{os.getpid()}"
-    try:
-        async with (
-            connection_pool(database_url, max_size=4) as pool,
-            lane_wakeups(
-                database_url, [config.lane], listen=listen, poll_interval=config.poll_interval
-            ) as (wakeup,),
-        ):
-            worker = Worker(
-                PostgresStore(pool, table=outbox_event),
-                RelayHandler(broker.publisher()),
-                config,
-                leader=PostgresLeaderLease(pool) if leader else None,
-                holder=holder,
-                wakeup=wakeup,
-                heartbeat=PostgresHeartbeat(pool),
-            )
-            click.echo(
-                f"relay: {', '.join(s.subjects[0] for s in specs)} to {broker_url.rsplit('@', maxsplit=1)[-1]},"
-                f" holder {holder}, leader lease {'on' if leader else 'off'}"
-            )
-            with stop_on_signals(worker.request_stop):
-                return await worker.run(drain=drain)
-    finally:
-        await broker.aclose()
+    start_lane(app, lane, drain=ctx.params["drain"])
 
 
 @click.group("dlq")
@@ -256,7 +128,7 @@ def dlq_group() -> None:
 
 @dlq_group.command("list")
 @broker_option(required=True)
-@option("--topic", env="OUTBOX_TOPIC", default=DEFAULT_TOPIC, show_default=True, help="Topic.")
+@topic_option
 @option(
     "--limit", env="OUTBOX_DLQ_LIMIT", type=click.IntRange(min=1), default=100, show_default=True
 )
@@ -277,7 +149,7 @@ def dlq_list_command(broker: str, topic: str, limit: int, as_json: bool) -> None
 
 @dlq_group.command("redrive")
 @broker_option(required=True)
-@option("--topic", env="OUTBOX_TOPIC", default=DEFAULT_TOPIC, show_default=True, help="Topic.")
+@topic_option
 @click.argument("ids", nargs=-1)
 def dlq_redrive_command(broker: str, topic: str, ids: tuple[str, ...]) -> None:
     """Put parked events (IDS, or all of them) back on their source topic."""

@@ -29,7 +29,7 @@ from rich.live import Live
 from rich.table import Table
 
 from outbox_adapters.brokers import BrokerUnavailable, connect_broker
-from outbox_adapters.cli.events import DEFAULT_TOPIC, broker_option
+from outbox_adapters.cli.lane_options import DEFAULT_TOPIC, broker_option
 from outbox_adapters.cli.options import Failure, database_errors, database_url, json_option, option
 from outbox_adapters.lanes.email_channel import EMAIL_CHANNEL_GROUP
 from outbox_adapters.lanes.inapp import INAPP_CHANNEL_GROUP

@@ -9,17 +9,13 @@ polling every ``--poll-interval`` stays the fallback (and is all there is with `
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from typing import TypeVar
 
-import click
+from outbox_adapters.cli.options import option
+from outbox_adapters.postgres import WAKEUP_CHANNEL
 
-from outbox_adapters.cli.options import Failure, option
-from outbox_adapters.postgres import WAKEUP_CHANNEL, WakeupListener
-from outbox_adapters.wakeup import Wakeup
-
-__all__ = ["lane_wakeups", "listen_option"]
+__all__ = ["listen_option"]
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -34,27 +30,3 @@ def listen_option(function: F) -> F:
         help=f"Wake within milliseconds of a commit (LISTEN {WAKEUP_CHANNEL}, one more"
         " connection); polling stays the fallback.",
     )(function)
-
-
-@contextlib.asynccontextmanager
-async def lane_wakeups(
-    database_url: str, lanes: Sequence[str], *, listen: bool, poll_interval: float
-) -> AsyncIterator[list[Wakeup | None]]:
-    """One wake-up signal per lane of ``lanes`` (all ``None`` without ``listen``: poll only),
-    from one LISTEN connection held while the block runs. Prints which it is."""
-    every = f"polling every {poll_interval:g}s"
-    if not listen:
-        click.echo(f"wake-up: {every}")
-        yield [None for _ in lanes]
-        return
-    listener = WakeupListener(database_url)
-    try:
-        await listener.start()
-    except TimeoutError:  # psycopg's own failures reach database_errors() as they are
-        raise Failure("cannot use the database (--database-url): LISTEN timed out") from None
-    try:
-        click.echo(f"wake-up: LISTEN {WAKEUP_CHANNEL} ({every} stays the fallback)")
-        # The listener holds its subscribers weakly: the caller's workers keep these alive.
-        yield [listener.wakeup(lane) for lane in lanes]
-    finally:
-        await listener.aclose()

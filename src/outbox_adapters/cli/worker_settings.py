@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
@@ -11,8 +11,6 @@ from click.core import ParameterSource
 
 from outbox_adapters.cli.options import SettingError, option, setting_error
 from outbox_adapters.extras import missing_extra
-from outbox_adapters.lanes.email import email_lane
-from outbox_adapters.runtime import LaneConfig
 from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.mail import validate_address
 from outbox_core.timing import EmailTiming
@@ -22,34 +20,12 @@ if TYPE_CHECKING:
     from outbox_adapters.smtp import SmtpSettings
 
 __all__ = [
-    "EMAIL_ONLY",
-    "WEBHOOKS_ONLY",
     "budget_overrides",
     "check_lane_options",
-    "email_lane_config",
     "email_timing",
     "smtp_options",
     "smtp_settings",
 ]
-
-
-#: The ``outbox worker`` options only an e-mail lane takes (its timing, its rows in flight, SMTP).
-EMAIL_ONLY: Final = (
-    "batch_size",
-    "batch_timeout",
-    "rows_in_flight",
-    "group_marks",
-    "budgets",
-    "smtp_url",
-    "smtp_tls",
-    "sender",
-    "sender_name",
-    "allow_plaintext",
-    "smtp_ca_file",
-    "smtp_sessions",
-)
-#: The options only the webhook lane takes (where its deliveries may go).
-WEBHOOKS_ONLY: Final = ("allow", "allow_http")
 
 
 def _flag(ctx: click.Context, name: str) -> str:
@@ -102,27 +78,6 @@ def email_timing(
         )
     except ConfigurationError as exc:
         raise SettingError(f"timing (--budget, --batch-size, --batch-timeout): {exc}") from None
-
-
-def email_lane_config(
-    lane: str,
-    timing: EmailTiming,
-    poll_interval: float,
-    rows_in_flight: int,
-    *,
-    group_marks: bool = False,
-) -> LaneConfig:
-    # poll_interval is already checked by click: each step below can refuse only its own option.
-    try:
-        config = email_lane(
-            lane=lane, timing=timing, poll_interval=poll_interval, rows_in_flight=rows_in_flight
-        )
-    except ConfigurationError as exc:
-        raise setting_error("--rows-in-flight", "OUTBOX_ROWS_IN_FLIGHT", str(exc)) from None
-    try:
-        return attrs.evolve(config, group_marks=group_marks)
-    except ConfigurationError as exc:
-        raise setting_error("--group-marks", "OUTBOX_GROUP_MARKS", str(exc)) from None
 
 
 def smtp_settings(  # noqa: PLR0913 - one parameter per option

@@ -29,11 +29,17 @@ from outbox_adapters.lanes.consumer import (
 )
 from outbox_adapters.lanes.email import EmailHandler
 from outbox_adapters.lanes.email_channel import (
+    EMAIL_CHANNEL_GROUP,
     EmailRecipes,
     email_channel,
     email_channel_lane,
 )
-from outbox_adapters.lanes.inapp import InAppChannel, InAppRecipes, platform_notifications
+from outbox_adapters.lanes.inapp import (
+    INAPP_CHANNEL_GROUP,
+    InAppChannel,
+    InAppRecipes,
+    platform_notifications,
+)
 from outbox_adapters.lanes.row_channel import RECHECK, RECHECK_CAP
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.channels import (
@@ -109,13 +115,14 @@ class EmailChannelWorkers:
         wakeup: Wakeup | None = None,
         handler: EmailHandler | None = None,
         heartbeat: Heartbeat | None = None,
+        group: str = EMAIL_CHANNEL_GROUP,
     ) -> None:
         config = lane_config or email_channel_lane()
         self.clock: Clock = clock or SystemClock()
         self.store = PostgresStore(pool, table=outbox_message)
         rows = RecipientRows(pool, lane=config.lane, table=outbox_message)
         channel = email_channel(
-            rows, recipes, recheck=timing.recheck, recheck_cap=timing.recheck_cap
+            rows, recipes, name=group, recheck=timing.recheck, recheck_cap=timing.recheck_cap
         )
         self.consumer = timing.consumer(consumer, channel, dlq=dlq, parks=PostgresParkLedger(pool))
         handler = handler or EmailHandler(mailer, sender=sender, clock=self.clock)
@@ -144,14 +151,18 @@ class EmailChannelWorkers:
         return EmailChannelStats(consumer=self.consumer.stats, sender=self.worker.stats)
 
 
-def inapp_consumer(
+def inapp_consumer(  # noqa: PLR0913 - keyword-only knobs, each with a default
     pool: AsyncConnectionPool[Any],
     consumer: Consumer,
     dlq: Publisher,
     *,
     recipes: InAppRecipes | None = None,
     timing: ChannelTiming = ChannelTiming(),
+    group: str = INAPP_CHANNEL_GROUP,
 ) -> ChannelConsumer:
-    """The in-app channel's consumer (group ``notification-inapp``): one feed row per audience."""
-    channel = InAppChannel(NotificationWriter(pool), recipes or platform_notifications())
+    """The in-app channel's consumer (group ``notification-inapp`` unless ``group`` names
+    another): one feed row per audience."""
+    channel = InAppChannel(
+        NotificationWriter(pool), recipes or platform_notifications(), name=group
+    )
     return timing.consumer(consumer, channel, dlq=dlq, parks=PostgresParkLedger(pool))

@@ -43,7 +43,7 @@ from outbox_adapters.runtime.born import DEFAULT_FIRST_ATTEMPTS, BornRows
 from outbox_adapters.wakeup import Wakeup
 from outbox_core.errors import ConfigurationError, StoreUnavailable
 from outbox_core.messages import NewMessage
-from outbox_core.ports import Clock, Encryptor, Heartbeat, WebhookSender
+from outbox_core.ports import Clock, Encryptor, Heartbeat, LeaderLease, WebhookSender
 from outbox_core.webhook_timing import WebhookTiming
 
 __all__ = ["HEALTH_WINDOW", "WebhookStats", "WebhookWorkers", "owner_notice"]
@@ -98,7 +98,7 @@ class WebhookWorkers:
         drain_config: LaneConfig | None = None,
         delivery_config: LaneConfig | None = None,
         clock: Clock | None = None,
-        leader: bool = True,
+        leader: bool | LeaderLease | None = True,
         holder: str | None = None,
         first_attempts: int = DEFAULT_FIRST_ATTEMPTS,
         health_window: timedelta = HEALTH_WINDOW,
@@ -140,7 +140,12 @@ class WebhookWorkers:
             clock=self.clock,
             in_flight=first_attempts,
         )
-        lease = PostgresLeaderLease(pool) if leader else None
+        # ``True``: a lease on ``pool``; a lease given (the runner's) is used as it is.
+        lease: LeaderLease | None = None
+        if leader is True:
+            lease = PostgresLeaderLease(pool)
+        elif leader is not False and leader is not None:
+            lease = leader
         #: The drainer's handler: a claimed batch's fan-outs in one transaction.
         self.fan_out = FanOutHandler(
             self.repository, self.first_attempts, clock=self.clock, targets=self.targets
