@@ -197,3 +197,21 @@ def test_with_app_the_options_given_replace_the_app_s_values_and_defaults_do_not
     assert seen["lane"] == RelayLane(topics=("other",), max_age=timedelta(days=1))
     assert (seen["app"].poll_interval, seen["app"].leader) == (0.5, False)
     assert seen["app"].database_url == DSN  # not given: the app's
+
+
+def test_the_app_s_own_streams_are_what_every_lane_of_their_topics_declares():
+    from outbox_core.brokers import StreamSpec  # noqa: PLC0415
+
+    own = StreamSpec(
+        name="DOMAIN", subjects=("signup.events", "billing.events"), max_age=timedelta(days=2)
+    )
+    app = Outbox(database_url=DSN, broker=NATS, streams=[own])
+    relay = RelayLane(topics=["signup.events", "billing.events", "audit.events"])
+    declared = list(relay.streams(app))
+    # Both topics the app's stream holds are declared once, as the app says; a topic it does not
+    # hold gets its own stream.
+    assert declared[0] == own
+    assert len(declared) == 2
+    assert declared[1].subjects == ("audit.events",)
+    assert list(InAppChannelLane(topic="billing.events").streams(app)) == [own]
+    assert list(InAppChannelLane(topic="billing.events").streams(Outbox(database_url=DSN))) != [own]

@@ -13,6 +13,7 @@ import attrs
 from outbox_adapters.app.context import Lane
 from outbox_adapters.app.lanes import EmailLane
 from outbox_adapters.app.runner import check_lane, run_lane
+from outbox_core.brokers import StreamSpec
 from outbox_core.errors import ConfigurationError
 from outbox_core.ports import Encryptor
 
@@ -47,6 +48,8 @@ class Outbox:
     Every field the CLI also has a flag for may be left out here and given there
     (``--database-url``, ``--smtp-url``, ``--sender``, ``--broker``, ...); a value given on the
     command line wins. ``environment``: ``production`` refuses plain-text SMTP and http webhooks.
+    ``streams``: the broker streams the event lanes declare for the topics they hold (a topic
+    none holds gets one of its own, named after it, kept 7 days).
     """
 
     lanes: tuple[Lane, ...] = attrs.field(
@@ -61,6 +64,7 @@ class Outbox:
     leader: bool = True
     listen: bool = True
     poll_interval: float = 1.0
+    streams: tuple[StreamSpec, ...] = attrs.field(default=(), converter=tuple)
 
     def lane(self, name: str) -> Lane:
         """The lane called ``name``; :class:`ConfigurationError` naming the lanes there are."""

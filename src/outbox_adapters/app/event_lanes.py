@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
@@ -32,9 +32,10 @@ from outbox_adapters.lanes.relay import RelayHandler, relay_lane
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.events import RELAY_LANE, outbox_event
 from outbox_adapters.runtime import LaneConfig, Worker
-from outbox_core.backoff import CONSUMER_BACKOFF
+from outbox_core.backoff import CONSUMER_BACKOFF, Backoff
 from outbox_core.brokers import StreamSpec
 from outbox_core.errors import ConfigurationError, InvalidMessage
+from outbox_core.event_timing import RelayTiming
 from outbox_core.mail import validate_address
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "EmailChannelLane",
     "InAppChannelLane",
     "RelayLane",
+    "declared_streams",
     "drain_idle",
     "topic_streams",
 ]
@@ -69,6 +71,20 @@ def topic_streams(topics: Sequence[str], max_age: timedelta = DEFAULT_MAX_AGE) -
         raise ConfigurationError(f"topic: {exc}") from None
 
 
+def declared_streams(
+    app: AppSettings, topics: Sequence[str], max_age: timedelta = DEFAULT_MAX_AGE
+) -> list[StreamSpec]:
+    """The streams to declare for ``topics``: the app's own (``Outbox.streams``) for a topic one
+    of them holds, else one of :func:`topic_streams`. Every lane of one topic declares the same."""
+    chosen: list[StreamSpec] = []
+    for topic in topics:
+        own = next((spec for spec in app.streams if topic in spec.subjects), None)
+        spec = own or topic_streams([topic], max_age)[0]
+        if spec not in chosen:
+            chosen.append(spec)
+    return chosen
+
+
 def drain_idle(broker_url: str) -> timedelta:
     """How long a draining consumer waits with nothing arriving before it stops: 1 s on NATS;
     8 s on Kafka, whose consumer group needs a few seconds to join and get its partitions."""
@@ -92,10 +108,14 @@ def _timing(timing: ChannelTiming | None, context: LaneContext) -> ChannelTiming
 class RelayLane:
     """The event relay: unpublished events to the broker, in key order, ``published_at`` only
     after the broker's acknowledgement; leader-gated. ``topics`` are declared at start with
-    ``max_age`` (how long the broker keeps them)."""
+    ``max_age`` (how long the broker keeps them) unless the app declares their streams itself;
+    ``timing`` and ``backoff`` replace the relay's defaults (``None``: 500 events a batch, in
+    windows of 500; retried 1 s to 30 s apart, never given up)."""
 
     topics: tuple[str, ...] = attrs.field(default=(DEFAULT_TOPIC,), converter=strings)
     max_age: timedelta = DEFAULT_MAX_AGE
+    timing: RelayTiming | None = None
+    backoff: Backoff | None = None
 
     @property
     def name(self) -> str:
@@ -110,8 +130,13 @@ class RelayLane:
         return RELAY_LANE
 
     def config(self, app: AppSettings) -> LaneConfig:
+        stated: dict[str, Any] = {"poll_interval": app.poll_interval}
+        if self.timing is not None:
+            stated["timing"] = self.timing
+        if self.backoff is not None:
+            stated["backoff"] = self.backoff
         try:
-            return relay_lane(poll_interval=app.poll_interval)
+            return relay_lane(**stated)
         except ConfigurationError as exc:
             raise ConfigurationError(f"relay: {exc}") from None
 
@@ -124,8 +149,7 @@ class RelayLane:
         return 4  # the claim, the leader lease, a window's grouped mark, one spare
 
     def streams(self, app: AppSettings) -> Sequence[StreamSpec]:
-        del app
-        return topic_streams(self.topics, self.max_age)
+        return declared_streams(app, self.topics, self.max_age)
 
     def describe(self, app: AppSettings) -> list[str]:
         where = (app.broker or "").rsplit("@", maxsplit=1)[-1]
@@ -212,14 +236,13 @@ class EmailChannelLane:
         _needs_broker(app, self.name)
         self.chosen_recipes()
         self.mail.check(app)
-        topic_streams([self.topic])
+        self.streams(app)
 
     def pool_size(self) -> int:
         return 5
 
     def streams(self, app: AppSettings) -> Sequence[StreamSpec]:
-        del app
-        return topic_streams([self.topic])
+        return declared_streams(app, [self.topic])
 
     def describe(self, app: AppSettings) -> list[str]:
         lines = [*self.mail.describe(app)[2:], f"channel email: {self.topic}"]
@@ -270,14 +293,13 @@ class InAppChannelLane:
 
     def check(self, app: AppSettings) -> None:
         _needs_broker(app, self.name)
-        topic_streams([self.topic])
+        self.streams(app)
 
     def pool_size(self) -> int:
         return 3
 
     def streams(self, app: AppSettings) -> Sequence[StreamSpec]:
-        del app
-        return topic_streams([self.topic])
+        return declared_streams(app, [self.topic])
 
     def describe(self, app: AppSettings) -> list[str]:
         del app
