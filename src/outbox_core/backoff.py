@@ -1,5 +1,5 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""Backoff schedules: how long a row waits after a transient failure (catalogue C4).
+"""Backoff schedules: how long a row waits after a transient failure.
 
 Theory of operation
 -------------------

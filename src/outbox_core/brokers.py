@@ -1,5 +1,5 @@
 """What every broker adapter shares: the stream/topic declaration, the dead-letter conventions,
-and the ``Broker`` protocol (catalogue A7).
+and the ``Broker`` protocol (ADR 0019).
 
 Pure values and rules: the adapters (``outbox_adapters.brokers`` for NATS JetStream and Kafka,
 ``outbox_adapters.memory.MemoryBroker`` for tests) do the I/O.

@@ -1,6 +1,6 @@
 """Classify SMTP replies and HTTP results into :class:`~outbox_core.outcomes.Outcome` values.
 
-Catalogue C5. The adapters map their library's exceptions to the plain types here (an
+The adapters map their library's exceptions to the plain types here (an
 :class:`SmtpStage` plus the error text, an :class:`HttpAttempt`); this module decides what they
 mean. As in urllib3's retry, the question is what the peer may have seen: a failure before the
 peer could act is *surely not sent* (a retry cannot duplicate), a failure after it may have acted

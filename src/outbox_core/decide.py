@@ -1,5 +1,5 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""decide(): what an attempt's outcome means for the row (catalogue C3).
+"""decide(): what an attempt's outcome means for the row (ADR 0003).
 
 Theory of operation
 -------------------
@@ -36,9 +36,9 @@ schedule never forgets it.
 ``wait = max(backoff delay, min(Retry-After, retry_after_cap))``: a peer that asks for a longer
 pause (HTTP 429/503 ``Retry-After``, RFC 9110 section 10.2.3) gets it, but never more than the cap,
 so a hostile or confused peer can't park a row for days; a shorter ``Retry-After`` never makes us
-retry sooner than the schedule (catalogue C5).
+retry sooner than the schedule.
 
-Attempts are *not* counted here: the claim is the only place they grow (C3), so ``row.attempts``
+Attempts are *not* counted here: the claim is the only place they grow, so ``row.attempts``
 already includes the attempt being decided, and a worker that claims and crashes has still used one.
 
 A dispatched or skipped mark scrubs *every* configured secret key, not only those the worker saw in

@@ -1,4 +1,4 @@
-"""The delivery state machine (catalogue C2), as one literal table.
+"""The delivery state machine (ADR 0003), as one literal table.
 
 Theory of operation
 -------------------
@@ -72,7 +72,7 @@ TRANSITIONS: Final = MappingProxyType(
 #: States no event leaves except an operator's requeue (``failed``) or nothing at all.
 TERMINAL: Final = frozenset({Status.DISPATCHED, Status.SKIPPED, Status.FAILED})
 
-#: The statuses whose mark scrubs the row's secret payload keys in the same write (catalogue C6):
+#: The statuses whose mark scrubs the row's secret payload keys in the same write (the scrub):
 #: the row was sent or there was nothing to send, so its links and tokens go and it can never be
 #: requeued. A ``failed`` row keeps its whole payload so a requeue sends a complete message.
 SCRUBBED_ON_MARK: Final = frozenset({Status.DISPATCHED, Status.SKIPPED})
@@ -119,8 +119,9 @@ def step(state: RowState, event: Event) -> RowState:
 def check_requeue(status: Status, *, scrubbed: bool) -> None:
     """Refuse a requeue that would resend a sent row or send one whose secrets were scrubbed.
 
-    Only ``failed`` rows can be requeued, and a failed row keeps its whole payload (C6), so a
-    requeue sends a complete message. The refusal says why, in words an operator can act on.
+    Only ``failed`` rows can be requeued, and a failed row keeps its whole payload (the scrub spares
+    it), so a requeue sends a complete message. The refusal says why, in words an operator can act
+    on.
     """
     if status in SCRUBBED_ON_MARK or scrubbed:
         raise RequeueRefused(

@@ -1,6 +1,6 @@
 """Which webhook destinations may be contacted: the pure half of the outbound destination guard.
 
-Catalogue A4 (*beyond*), RELIABILITY.md "Webhook URLs" and security promise 5. The adapter
+ADR 0016; docs/reliability.md, "Hostile input" (webhook URLs) and security promise 5. The adapter
 (``outbox_adapters.http.guard``) resolves host names and connects; this module only reads text and
 judges addresses, with no DNS and no I/O::
 

@@ -1,5 +1,5 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""The sealed-value envelope (catalogue B1): its format and :class:`SealedValue`.
+"""The sealed-value envelope (ADR 0010): its format and :class:`SealedValue`.
 
 A sealed field's value is a JSON object in place of the plaintext value::
 

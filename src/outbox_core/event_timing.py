@@ -1,4 +1,4 @@
-"""The event relay's timing (catalogue C1, ADR 0002, ADR 0020): one acknowledged publish per row.
+"""The event relay's timing (ADR 0002, ADR 0020): one acknowledged publish per row.
 
 The relay (lane ``events``) claims rows of the event outbox in key order and publishes each to the
 broker, waiting for the broker's positive acknowledgement of a stored message. A row's work is that

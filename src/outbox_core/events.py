@@ -1,5 +1,5 @@
 """Domain events: the envelope every event travels in, from the event outbox through the broker to
-the consumer channels (catalogue A6-A8).
+the consumer channels (ADR 0020, ADR 0021).
 
 The envelope is a CloudEvents 1.0 event in its structured JSON form (``specversion``, ``id``,
 ``source``, ``type``, ``time``, ``subject``, ``datacontenttype``, ``data``), so any CloudEvents

@@ -1,4 +1,4 @@
-"""Lease math, the row-start gate, per-row deadlines, fencing and duplicate accounting (C10).
+"""Lease math, the row-start gate, per-row deadlines, fencing and duplicate accounting (ADR 0004).
 
 Theory of operation
 -------------------
@@ -11,9 +11,9 @@ come back. Everything here keeps a live worker inside its own lease and keeps a 
   re-claimed later; it is not sent half-way and cancelled. (The gate shrinks the duplicate
   window; the detached mark is what keeps delivered work recorded.)
 * **Row and step deadlines.** A row's work ends at ``min(start + per_row, lease expiry)``
-  (:func:`row_deadline`): a worker never keeps sending past its own lease (RELIABILITY F4),
-  because after that a sibling may own the row. A step within it (the SMTP dial, the exchange)
-  ends at ``min(start + its budget, row deadline)`` (:func:`exchange_deadline`).
+  (:func:`row_deadline`): a worker never keeps sending past its own lease (docs/reliability.md,
+  network partition), because after that a sibling may own the row. A step within it (the SMTP
+  dial, the exchange) ends at ``min(start + its budget, row deadline)`` (:func:`exchange_deadline`).
 * **The leadership gate.** On a leader-gated lane a row starts only if it ends inside the term
   the worker can prove (:func:`leader_admits_row`), so two workers never send at once.
 
@@ -117,7 +117,8 @@ def row_deadline(*, row_started: float, per_row: float, lease_deadline: float) -
     """When a row's work must be over: its budget's end, or its lease's end if that comes first.
 
     The lease bound is what keeps a slow or partitioned worker from sending after a sibling may
-    have re-claimed the row (RELIABILITY F4: no send after the worker's own lease deadline).
+    have re-claimed the row (no send after the worker's own lease deadline: docs/reliability.md,
+    the network-partition fault).
     """
     return min(row_started + per_row, lease_deadline)
 
@@ -220,7 +221,7 @@ def max_duplicates(*, crashes: int, rows_in_flight: int) -> int:
 
 
 class KillPoint(enum.StrEnum):
-    """Where a worker can die while handling one row (the fail-points of RELIABILITY F1)."""
+    """Where a worker can die while handling one row (the kill points of docs/reliability.md)."""
 
     AFTER_CLAIM = "after_claim"
     MID_SMTP_BEFORE_DATA = "mid_smtp_before_data"
@@ -237,8 +238,9 @@ class DuplicateWindow(NamedTuple):
     most: int
 
 
-#: What one kill at each point can cost (RELIABILITY F1). Zero where the peer surely lacks the
-#: message or the mark is durable; exactly one where the peer has it and the mark is not written.
+#: What one kill at each point can cost (docs/reliability.md, a worker killed). Zero where the peer
+#: surely lacks the message or the mark is durable; exactly one where the peer has it and the mark
+#: is not written.
 DUPLICATE_WINDOWS: Final = MappingProxyType(
     {
         # Nothing was sent yet; the re-claim sends the only copy.

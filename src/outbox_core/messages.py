@@ -2,7 +2,7 @@
 
 A claim hands the worker :class:`ClaimedRow` values; the worker hands the store :class:`Mark`
 values (a retry carries its delay; the store stamps the due time in its own clock). A mark carries the claim token it was issued under, and the store applies it only while the
-row is still ``pending`` under that same token (the fence of catalogue C10).
+row is still ``pending`` under that same token (the fence, ADR 0004).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a store shows an operator: rows, failed rows grouped by error, counters (catalogue A12).
+"""What a store shows an operator: rows, failed rows grouped by error, counters (ADR 0026).
 
 The value types of :class:`~outbox_core.ports.OperatorStore` (``outbox get``, ``outbox failed``,
 ``outbox stats``, ``outbox requeue``, ``outbox keys rotate``), shared by every store adapter so the

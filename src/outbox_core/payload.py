@@ -3,9 +3,9 @@
 
 Theory of operation
 -------------------
-RELIABILITY.md ("Payloads: not JSON, not an object, huge, missing required fields") asks for a
-clear error at enqueue, where the caller can still catch it, and a permanent failure at send time
-for a row that cannot be decoded (never days of retries).
+A hostile payload (not JSON, not an object, huge, missing required fields; docs/reliability.md,
+"Hostile input") gets a clear error at enqueue, where the caller can still catch it, and a row
+that cannot be decoded fails permanently at send time (never days of retries).
 
 * :func:`validate_payload` (enqueue) accepts a ``dict`` of JSON values only: ``dict`` with string
   keys, ``list``, ``str``, ``int``, ``float``, ``bool`` and ``None``. Tuples, sets, bytes, dates
@@ -20,7 +20,7 @@ for a row that cannot be decoded (never days of retries).
 * :class:`EmailPayload` is the typed view of an email row. Its subject and bodies are
   ``string.Template`` templates (``$name`` / ``${name}``) filled at *send* time from the row's
   other string fields: that is why secret links live in keys of their own (``password_reset_url``)
-  instead of being baked into the body text: the scrub (catalogue C6) removes those keys once the
+  instead of being baked into the body text: the scrub (:mod:`.scrub`) removes those keys once the
   row is sent, which it could not do to text inside a body. Construction renders the templates
   once, so a placeholder with no field behind it is refused at enqueue, not at send. Its files
   (``attachments``, a default scrub key) are decoded and checked under the rules of
@@ -83,7 +83,7 @@ def _attachment_room() -> int:
     # of keys and punctuation, a content type of at most 255, a filename of at most 255 octets,
     # twice that if every one is a quote escaped as \").
     files = 4 * (MAX_ATTACHMENTS_BYTES + 2 * MAX_ATTACHMENTS) // 3 + 1024 * MAX_ATTACHMENTS
-    # Sealed (catalogue B1), that JSON is encrypted (+ the tag) and base64-encoded again, inside
+    # Sealed (ADR 0010), that JSON is encrypted (+ the tag) and base64-encoded again, inside
     # an envelope of a few dozen characters (256 allowed, the key and its quotes included).
     return 4 * -(-(files + TAG_BYTES) // 3) + 256
 

@@ -17,7 +17,7 @@ port                   satisfied by (``outbox_adapters``)
 :class:`Publisher`     ``nats.JetStreamPublisher``, ``kafka.KafkaPublisher``
 :class:`Consumer`      ``nats.JetStreamConsumer``, ``kafka.KafkaConsumer``
 :class:`Clock`         ``clock.SystemClock``, ``clock.FakeClock``
-:class:`Encryptor`     ``crypto.AesGcmEncryptor`` (sealed payload fields, catalogue B1)
+:class:`Encryptor`     ``crypto.AesGcmEncryptor`` (sealed payload fields, ADR 0010)
 :class:`LeaderLease`   ``postgres.PostgresLeaderLease``, ``memory.MemoryLeaderLease``
 :class:`RowHandler`    the host's handler, or ``email.EmailHandler``
 =====================  ===================================================================
@@ -248,7 +248,7 @@ class Clock(Protocol):
 
 
 class Encryptor(Protocol):
-    """Seals and opens payload field values (catalogue B1). The core owns the envelope format and
+    """Seals and opens payload field values (ADR 0010). The core owns the envelope format and
     which fields are sealed (:mod:`outbox_core.sealing`); the adapter owns the cipher and the keys.
 
     ``aad`` (associated data, :func:`outbox_core.sealing.field_aad`) binds a value to its field and
@@ -347,7 +347,7 @@ class Heartbeat(Protocol):
 
 
 class LeaderLease(Protocol):
-    """One worker per lane across replicas (catalogue A2)."""
+    """One worker per lane across replicas (ADR 0008)."""
 
     async def try_acquire(self, lane: str, holder: str, *, ttl: timedelta) -> LeaderTerm | None:
         """Win or renew leadership of ``lane``; ``None`` when another holder's term is live."""

@@ -1,5 +1,5 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""Scrub rules: which payload keys carry secrets, and how they leave a row (catalogue C6).
+"""Scrub rules: which payload keys carry secrets, and how they leave a row.
 
 Theory of operation
 -------------------

@@ -1,5 +1,5 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""Sealed payload fields: which fields are sealed, sealing and opening them (catalogue B1).
+"""Sealed payload fields: which fields are sealed, sealing and opening them (ADR 0010).
 
 Theory of operation
 -------------------
@@ -7,7 +7,7 @@ The scrub (ADR 0006) leaves one residual open: the secret-bearing keys of a payl
 links, a public token, a PDF) sit in plaintext in every pending and failed row, and a failed row
 keeps them without a time limit. Sealing closes it. The producer seals those fields when it builds the message, the
 row stores only ciphertext, and the handler opens them at send time, in memory, just before the
-message is rendered. The scrub (catalogue C6) still removes the fields by *name* once the row is
+message is rendered. The scrub (:mod:`.scrub`) still removes the fields by *name* once the row is
 sent, sealed or not.
 
 A sealed field's value is a JSON object in place of the plaintext value::

@@ -1,5 +1,5 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""Webhook signing and verification, Standard Webhooks v1 (catalogue C9).
+"""Webhook signing and verification, Standard Webhooks v1.
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""Derived timing constants (catalogue C1): step budgets → per-row budget → batch timeout → lease.
+"""Derived timing constants (ADR 0002): step budgets → per-row budget → batch timeout → lease.
 
 Theory of operation
 -------------------

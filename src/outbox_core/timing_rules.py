@@ -1,4 +1,4 @@
-"""The rules every lane timing is checked by (catalogue C1, ADR 0002): budgets, batch sizes, and the
+"""The rules every lane timing is checked by (ADR 0002): budgets, batch sizes, and the
 chain ``batch_size * per_row <= batch_timeout < claim_lease(batch_size)``, each refusal naming the
 broken link with its figures. Shared by :mod:`outbox_core.timing` (e-mail) and
 :mod:`outbox_core.webhook_timing` (the webhook drainer and retry lanes).

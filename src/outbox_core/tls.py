@@ -1,5 +1,5 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""The SMTP security policy and the decisions it makes over what a server offers (catalogue C8).
+"""The SMTP security policy and the decisions it makes over what a server offers (ADR 0007).
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""The webhook lanes' timing (catalogue C1, ADR 0002): the drainer's fan-out and the deliveries'.
+"""The webhook lanes' timing (ADR 0002): the drainer's fan-out and the deliveries'.
 
 Two lanes carry a webhook. The **drainer** claims rows of the webhook outbox and turns each into an
 event and its deliveries in one transaction (:class:`FanOutTiming`). Each **delivery** is born

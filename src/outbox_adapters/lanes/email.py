@@ -8,7 +8,7 @@ mark that records the send can scrub them from the stored row.
 Enqueue helpers build a :class:`~outbox_core.messages.NewMessage` for the ``email`` lane and refuse a
 bad message where the caller can catch it (``InvalidPayload``, ``InvalidRecipient``, ...).
 
-With an :class:`~outbox_core.ports.Encryptor` (catalogue B1), :func:`email_message` seals the secret
+With an :class:`~outbox_core.ports.Encryptor` (ADR 0010), :func:`email_message` seals the secret
 fields *after* checking the plaintext (templates resolve against it), and :class:`EmailHandler` opens
 them in memory just before rendering; a field it can't open fails the row at once, naming the field
 and the key id.

@@ -1,10 +1,10 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""Mail safety: recipient validation, control-character cleaning, injection-proof messages (C7).
+"""Mail safety: recipient validation, control-character cleaning, injection-proof messages.
 
 Theory of operation
 -------------------
 Every value that reaches a message passes three gates, each meant to stop the hostile inputs of
-RELIABILITY.md ("Hostile input") on its own; together they are defence in depth:
+docs/reliability.md ("Hostile input") on its own; together they are defence in depth:
 
 1. **Values in.** :func:`validate_address` (:mod:`.addresses`) accepts only a bare dot-atom
    addr-spec and returns the normalised form (lower-case A-label domain) that is then used,
