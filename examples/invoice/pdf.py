@@ -15,7 +15,7 @@ __all__ = ["PDF_MAGIC", "invoice_pdf"]
 #: Every PDF file starts with these bytes.
 PDF_MAGIC: Final = b"%PDF-"
 
-#: A4 in points.
+#: The A4 page size in points.
 _PAGE: Final = "[0 0 595 842]"
 _LEFT: Final = 72
 _TOP: Final = 770

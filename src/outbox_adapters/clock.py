@@ -1,4 +1,5 @@
-"""Clocks (catalogue A10): the system clock for production, a fake one for tests.
+"""Clocks: the system clock for production, a fake one for tests (docs/architecture.md, "Who
+owns the clock").
 
 Both satisfy :class:`outbox_core.ports.Clock`: wall time (``now``, always timezone-aware UTC) for
 the database-free paths, monotonic time for budgets and lease trust, and ``sleep``.

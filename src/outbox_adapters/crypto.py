@@ -1,4 +1,4 @@
-"""``AesGcmEncryptor``: sealed payload fields with AES-256-GCM (catalogue B1; ADR 0010).
+"""``AesGcmEncryptor``: sealed payload fields with AES-256-GCM (ADR 0010).
 
 Needs the ``crypto`` extra (the ``cryptography`` package). The envelope format, the associated
 data and which fields are sealed belong to the core (:mod:`outbox_core.sealing`); this module holds

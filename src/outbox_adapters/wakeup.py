@@ -1,4 +1,4 @@
-"""Wake-up signals: "your lane may have new work", from a producer to an idle worker (B3).
+"""Wake-up signals: "your lane may have new work", from a producer to an idle worker (ADR 0011).
 
 Polling is the correctness path; a wake-up only shortens the wait. An idle :class:`~.worker.Worker`
 sleeps until its poll interval ends, a stop is requested, or its :class:`Wakeup` fires, whichever

@@ -73,7 +73,7 @@ __all__ = [
 WEBHOOK_LANE: Final = "webhooks"
 #: The lane of the delivery rows (and the retry worker's leader-lease key).
 DELIVERY_LANE: Final = "webhook_deliveries"
-#: Endpoint health (B6): failing with no success for this long disables an endpoint.
+#: Endpoint health (ADR 0018): failing with no success for this long disables an endpoint.
 DEFAULT_HEALTH_WINDOW: Final = timedelta(days=5)
 #: How long a rotated-out secret keeps signing beside the new one.
 DEFAULT_SECRET_OVERLAP: Final = timedelta(hours=24)
@@ -202,7 +202,7 @@ def check_overlap(overlap: object) -> timedelta:
 
 
 def check_window(window: object) -> timedelta:
-    """The health window (B6): a positive timedelta."""
+    """The endpoint health window: a positive timedelta."""
     if not isinstance(window, timedelta) or window <= timedelta(0):
         raise ConfigurationError(f"a health window is a positive timedelta, got {window!r:.80}")
     return window

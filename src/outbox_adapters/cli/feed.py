@@ -1,4 +1,4 @@
-"""``outbox feed prune``: the in-app feed's retention (B2, ADR 0022).
+"""``outbox feed prune``: the in-app feed's retention (ADR 0022, ADR 0025).
 
 Deletes READ notifications created longer ago than ``--older-than``, in batches (each a short
 transaction), and prints how many went. Unread notifications are never deleted, however old: the

@@ -1,4 +1,4 @@
-"""``outbox keys generate|rotate|seal-secrets``: keys of sealed payload fields (B1) and of the
+"""``outbox keys generate|rotate|seal-secrets``: keys of sealed payload fields (ADR 0010) and of the
 webhook signing secrets at rest (ADR 0030)."""
 
 from __future__ import annotations

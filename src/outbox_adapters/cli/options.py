@@ -165,13 +165,13 @@ def connection_pool(dsn: str, *, max_size: int = 2) -> Any:  # noqa: ANN401 - a 
     return pools.connection_pool(dsn, max_size=max_size, name="outbox-cli")
 
 
-# --- sealed-field keys (B1) -----------------------------------------------------------------------
+# --- sealed-field keys (ADR 0010) -----------------------------------------------------------------
 
 KEYS_OPTION = "--encryption-keys (OUTBOX_ENCRYPTION_KEYS) / --encryption-keys-file"
 
 
 def encryption_keys(*, required: bool = False) -> Callable[[F], F]:
-    """``--encryption-keys`` and ``--encryption-keys-file``: the sealed-field keys (B1)."""
+    """``--encryption-keys`` and ``--encryption-keys-file``: the sealed-field keys (ADR 0010)."""
 
     def decorate(command: F) -> F:
         command = option(

@@ -1,4 +1,5 @@
-"""``outbox prune``: retention for every outbox table (catalogue B2; :mod:`outbox_adapters.postgres.retention`).
+"""``outbox prune``: retention for every outbox table (ADR 0025;
+:mod:`outbox_adapters.postgres.retention`).
 
 ::
 

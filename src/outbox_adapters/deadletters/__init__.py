@@ -1,5 +1,5 @@
 """Dead letters in the browser: the failed rows of every outbox, and an audited requeue, as an ASGI
-app a host mounts behind its own authentication (issue 13 item 2).
+app a host mounts behind its own authentication (ADR 0026).
 
 ::
 

@@ -1,4 +1,4 @@
-"""The in-app feed (catalogue A9, ADR 0022): Starlette routes a host mounts behind its own
+"""The in-app feed (ADR 0022): Starlette routes a host mounts behind its own
 authentication, and SSE push from an AFTER INSERT trigger through one LISTEN connection per process.
 
 - :class:`Feed`: the ASGI app (:attr:`Feed.app`) and its lifecycle (``async with feed:``);

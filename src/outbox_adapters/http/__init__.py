@@ -1,4 +1,4 @@
-"""Webhook delivery over HTTP (catalogue A4): the destination guard and the httpx sender.
+"""Webhook delivery over HTTP (ADR 0016): the destination guard and the httpx sender.
 
 - :class:`DestinationGuard` — the outbound destination guard: a URL's form, and the addresses its
   host resolves to, checked against ``outbox_core.destinations`` at registration and at EVERY

@@ -1,4 +1,4 @@
-"""The webhook sender (catalogue A4): :class:`HttpxWebhookSender`, one keep-alive client per sender."""
+"""The webhook sender (ADR 0016): :class:`HttpxWebhookSender`, one keep-alive client per sender."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ __all__ = [
 
 #: The longest response snippet kept with a delivery (characters).
 SNIPPET_CHARS: Final = 512
-#: Requests one sender has in flight to one origin (scheme, host, port) at the most (B5).
+#: Requests one sender has in flight to one origin (scheme, host, port) at the most.
 DEFAULT_MAX_PER_ORIGIN: Final = 8
 REDACTED: Final = "[redacted]"
 _UNSAFE_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
@@ -134,7 +134,7 @@ class HttpxWebhookSender:
     delivery problem. Call :meth:`aclose` (or use ``async with``) when done.
 
     At most ``max_per_origin`` requests are in flight to one origin (scheme, host, port) at a time
-    (a send cap per destination, catalogue B5); a request beyond it waits for a slot inside its
+    (a send cap per destination, ADR 0016); a request beyond it waits for a slot inside its
     own absolute deadline, and one that gets none in time was surely not sent (a transient
     failure, retried on the schedule). One slow receiver cannot hold every connection, and the
     connection pool stays small: httpcore's pool scans every connection for every request it

@@ -1,4 +1,4 @@
-"""``MemoryLeaderLease``: the per-lane leader lease in memory (catalogue A2, A11)."""
+"""``MemoryLeaderLease``: the per-lane leader lease in memory (ADR 0008)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recording peers for tests (catalogue A11): a mailer and a row handler that record every call and
+"""Recording peers for tests: a mailer and a row handler that record every call and
 return scripted outcomes.
 
 Each scripted result is used once: a result for one key (a recipient, a row id) wins over the

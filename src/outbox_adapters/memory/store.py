@@ -1,4 +1,4 @@
-"""``MemoryStore``: the outbox store in memory, with PostgresStore's semantics (catalogue A1, A11).
+"""``MemoryStore``: the outbox store in memory, with PostgresStore's semantics (both pass tests/contract).
 
 Theory of operation
 -------------------
@@ -305,7 +305,7 @@ class MemoryStore(MemoryOperatorReads, MemoryDeliveryRows):
             else:
                 # A resolved row keeps its token: the record of which claim resolved it.
                 row.resolved_at = now
-            # The scrub, in the same step as the status change (catalogue C6).
+            # The scrub, in the same step as the status change (outbox_core.scrub).
             row.payload = patched(scrubbed(row.payload, mark.scrub_keys), mark.payload_patch)
             if mark.status in SCRUBBED_ON_MARK:
                 row.scrubbed_at = now

@@ -257,7 +257,7 @@ class MemoryEndpointOps:
                     old.expires_at = ends
             self._secrets[endpoint_id].append(_Secret(self._new_id("secret"), endpoint_id, key, at))
 
-    # --- endpoint health (B6) ----------------------------------------------------------------------
+    # --- endpoint health (ADR 0018) ---------------------------------------------------------------
 
     async def disable_unhealthy(
         self,
@@ -266,7 +266,7 @@ class MemoryEndpointOps:
         notice: Callable[[Endpoint], NewMessage | None],
         now: datetime | None = None,
     ) -> list[Endpoint]:
-        """Disable every endpoint failing without a success for ``window`` (B6), and enqueue the
+        """Disable every endpoint failing without a success for ``window``, and enqueue the
         message ``notice(endpoint)`` returns (the owner's e-mail) on the e-mail store IN THE SAME
         STEP: disabled and told, or neither (a notice that raises, or a message the e-mail store
         would refuse, leaves everything as it was). The key ``webhook-endpoint-<id>-disabled-<time>``

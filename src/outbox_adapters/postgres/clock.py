@@ -1,4 +1,5 @@
-"""``DatabaseClock``: the PostgreSQL server's ``now()``, read from Python (catalogue A10).
+"""``DatabaseClock``: the PostgreSQL server's ``now()``, read from Python (docs/architecture.md,
+"Who owns the clock").
 
 The store does not need this. Its SQL already reads the database clock itself
 (``coalesce(%(now)s, now())`` in :mod:`.statements`), so every replica stamps leases, due times and

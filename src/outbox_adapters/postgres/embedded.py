@@ -1,4 +1,4 @@
-"""Find a PostgreSQL server to use, in the order DESIGN.md gives: a DSN, a container, an embedded one.
+"""Find a PostgreSQL server to use, in this order: a DSN, a container, an embedded one.
 
 Used by the test suite and by ``outbox demo``:
 

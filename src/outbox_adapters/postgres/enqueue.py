@@ -1,4 +1,4 @@
-"""Enqueue a message on the host's own transaction (catalogue A1).
+"""Enqueue a message on the host's own transaction (ADR 0006).
 
 The outbox row must commit or roll back *with* the business rows that caused it; that is the whole
 point of a transactional outbox. So :func:`enqueue` writes through the handle the host is already
@@ -25,7 +25,7 @@ object of JSON types, within the size cap) before anything is written, so a bad 
 :class:`~outbox_core.errors.InvalidPayload` where the host can catch it, and the host's transaction
 is left untouched.
 
-Wake-up (B3): on PostgreSQL, the INSERT statement also sends ``pg_notify('outbox_wakeup', lane)``
+Wake-up (ADR 0011): on PostgreSQL, the INSERT also sends ``pg_notify('outbox_wakeup', lane)``
 for the row it created (``notify=False`` turns that off). A notification is part of the
 transaction: delivered when the host commits, discarded when it rolls back, and folded with the
 identical ones of the same transaction, so a batch costs one per lane. Polling stays the

@@ -1,4 +1,4 @@
-"""``PostgresLeaderLease``: one worker per lane across replicas, as a lease row (catalogue A2).
+"""``PostgresLeaderLease``: one worker per lane across replicas, as a lease row (ADR 0008).
 
 Theory of operation
 -------------------
@@ -36,7 +36,7 @@ from outbox_core.ports import LeaderTerm
 
 __all__ = ["LEADER_ACQUIRE", "LEADER_RELEASE", "PostgresLeaderLease"]
 
-#: Win or renew a lane's leadership in one statement (catalogue A2). The row is taken when it is
+#: Win or renew a lane's leadership in one statement. The row is taken when it is
 #: ours and still live (renewal: same term, later expiry) or when it has expired (a new term, even
 #: for the same holder: it stopped trusting itself at expiry, so its old term ended). A live lease of
 #: another holder matches nothing and no row comes back. Expiry is in database time.

@@ -1,5 +1,5 @@
 """One dedicated LISTEN connection per process (:class:`Listener`), and its first use: wake-ups for
-idle workers (:class:`WakeupListener`, B3). The in-app feed's push listens through the same
+idle workers (:class:`WakeupListener`, ADR 0011). The in-app feed's push listens through the same
 machinery (:class:`~outbox_adapters.postgres.channels.push.ScopeListener`, ADR 0022).
 
 Theory of operation

@@ -1,5 +1,5 @@
 """The consumer channels' dead letters as an operator reads them: ``outbox failed --queue parked``
-and the dead-letter page's "parked events" (issue 13 item 2).
+and the dead-letter page's "parked events" (docs/operations.md).
 
 A channel parks a recipient kind it will never deliver by publishing the raw event on the broker's
 ``<topic>.dlq`` and recording the park in ``outbox_channel_parked`` (ADR 0021). The ledger is what

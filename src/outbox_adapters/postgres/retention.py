@@ -1,4 +1,4 @@
-"""Retention (catalogue B2): delete what was delivered long enough ago, in short batches.
+"""Retention (ADR 0025): delete what was delivered long enough ago, in short batches.
 
 The outbox tables only grow: every sent e-mail, dispatched webhook-outbox row, delivered webhook
 delivery and published event stays as the record of what went out. ``outbox prune`` removes those

@@ -12,7 +12,7 @@ ever reaches a statement.
 
 The store reads these names *when it runs them* (``render(statements.CLAIM, table)``, cached per
 template text and table), never copies them at import: this module is the seam of the SQL mutation
-matrix (docs: RELIABILITY.md), which swaps a template for a mutant (``SKIP LOCKED`` removed, the
+matrix (docs/testing.md), which swaps a template for a mutant (``SKIP LOCKED`` removed, the
 lease stamp dropped, a guard dropped, the scrub dropped) and checks that the test locking that
 mechanism turns red, on whichever table the store runs. Each mechanism therefore sits on a line of
 its own, so a mutant is one deleted or edited line.
@@ -64,13 +64,13 @@ def _render(template: str, schema: str | None, name: str) -> str:
 
 # --- producer ------------------------------------------------------------------------------------
 
-#: The LISTEN/NOTIFY channel that wakes idle workers (B3); the payload is the lane.
+#: The LISTEN/NOTIFY channel that wakes idle workers (ADR 0011); the payload is the lane.
 WAKEUP_CHANNEL = "outbox_wakeup"
 
 #: Enqueue on the host's own transaction. With a key already seen in the lane, nothing is written
 #: and no row comes back (the conflict target names the partial unique index's predicate, which is
 #: how PostgreSQL infers a partial index). ``not_before`` NULL means due at once.
-#: With ``notify`` (B3), the lane's listeners are woken from the SAME statement, so it costs no
+#: With ``notify``, the lane's listeners are woken from the SAME statement, so it costs no
 #: round trip: ``pg_notify`` runs once per row the INSERT created (never on a key conflict), is
 #: delivered only when the host's transaction commits (never on rollback), and PostgreSQL folds
 #: identical notifications of one transaction, so a batch enqueue wakes each lane once.
@@ -227,7 +227,7 @@ def per_key_order(claim: str, key: str) -> str:
     )
 
 
-#: The fenced compare-and-set mark (ADR 0004, catalogue C10), one statement = one commit.
+#: The fenced compare-and-set mark (ADR 0004), one statement = one commit.
 #: Applied only while the row is still pending (status guard) under this claim's token (fence);
 #: zero rows matched means the mark is stale and is dropped.
 #: - a retry (status pending) sets the next due time IN DATABASE TIME (``now() + retry_delay``: the
@@ -235,7 +235,7 @@ def per_key_order(claim: str, key: str) -> str:
 #:   ends the claim (token cleared), so no later mark of the same claim can land;
 #: - a resolved row (dispatched/skipped/failed) keeps its token as the record of which claim
 #:   resolved it, and gets ``resolved_at``;
-#: - dispatched/skipped marks remove the secret payload keys IN THIS SAME UPDATE (catalogue C6);
+#: - dispatched/skipped marks remove the secret payload keys IN THIS SAME UPDATE (the scrub);
 #:   ``scrub_keys`` is empty for the other marks, and a failed row keeps its whole payload. Only
 #:   an object has keys: ``jsonb - text[]`` raises for a string, number or null (even with no
 #:   keys), and a row written around enqueue may hold one, so it must still take its mark;

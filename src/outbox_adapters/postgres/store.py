@@ -1,4 +1,4 @@
-"""``PostgresStore``: the outbox store on PostgreSQL with psycopg 3 (catalogue A1).
+"""``PostgresStore``: the outbox store on PostgreSQL with psycopg 3 (ADR 0006).
 
 Theory of operation
 -------------------

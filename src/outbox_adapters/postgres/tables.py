@@ -1,4 +1,4 @@
-"""The outbox tables as SQLAlchemy Core ``MetaData`` (catalogue A1).
+"""The outbox tables as SQLAlchemy Core ``MetaData`` (ADR 0006).
 
 A host that manages its schema with Alembic adds :data:`metadata` to its ``target_metadata`` (a list
 is accepted) and lets autogenerate write the migration; a host without Alembic runs
@@ -151,7 +151,7 @@ def _queue_columns(*, legacy_null_due: bool = False) -> list[Column[Any]]:
             nullable=legacy_null_due,
             server_default=func.now(),
         ),
-        #: The fencing token of the latest claim; every mark must present it (catalogue C10).
+        #: The fencing token of the latest claim; every mark must present it (ADR 0004).
         Column("claim_token", Text, nullable=True),
         Column("claimed_at", DateTime(timezone=True), nullable=True),
         #: Why the last attempt failed or was skipped. A sentence, never a secret.
@@ -162,7 +162,7 @@ def _queue_columns(*, legacy_null_due: bool = False) -> list[Column[Any]]:
         Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
         #: When the row became dispatched, skipped or failed (NULL while pending).
         Column("resolved_at", DateTime(timezone=True), nullable=True),
-        #: When the dispatched/skipped mark removed the secret payload keys (catalogue C6).
+        #: When the dispatched/skipped mark removed the secret payload keys (the scrub).
         Column("scrubbed_at", DateTime(timezone=True), nullable=True),
         #: The W3C trace context of the enqueue (``traceparent``, then a space and the
         #: ``tracestate``), written by the producer's span (ADR 0028); NULL when nothing traced it.
@@ -333,7 +333,7 @@ outbox_stale_marks: Final = Table(
     CheckConstraint("stale_marks >= 0", name="stale_marks"),
 )
 
-#: One leadership lease per lane (catalogue A2; see :mod:`.leader`).
+#: One leadership lease per lane (ADR 0008; see :mod:`.leader`).
 outbox_leader: Final = Table(
     "outbox_leader",
     metadata,

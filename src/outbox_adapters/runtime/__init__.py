@@ -29,7 +29,7 @@ transient) and never strands the rest of the batch. A row whose stored payload t
 decode fails permanently without reaching the handler. A mark that fails for a reason other than a
 store outage is given up (logged and counted): the lease brings the row back. A row whose send is
 cut off by the batch timeout is left alone: it keeps its lease and is claimed again after it
-(RELIABILITY F10).
+(docs/reliability.md, cancellation mid-send).
 
 When a claim finds less than a full batch the worker sleeps for the poll interval; given a
 :class:`~outbox_adapters.wakeup.Wakeup` (LISTEN/NOTIFY) it wakes as soon as new work is signalled.

@@ -1,4 +1,4 @@
-"""The SMTP mailer (catalogue A3), on aiosmtplib, reusing a few established sessions.
+"""The SMTP mailer (ADR 0007), on aiosmtplib, reusing a few established sessions.
 
 One delivery path serves every TLS mode (``starttls``, ``tls``, ``none``)::
 

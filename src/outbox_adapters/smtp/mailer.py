@@ -1,4 +1,4 @@
-"""The SMTP mailer (catalogue A3): :class:`SmtpMailer`, one delivery path for every TLS mode.
+"""The SMTP mailer (ADR 0007): :class:`SmtpMailer`, one delivery path for every TLS mode.
 
 See the package docstring (:mod:`outbox_adapters.smtp`) for the path and the session rules.
 """

@@ -1,4 +1,4 @@
-"""The SMTP relay's settings, refused at construction when they can't work (C8), and the pool's stats."""
+"""The SMTP relay's settings, refused at construction when they can't work, and the pool's stats."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _host(_inst: object, _attribute: object, value: str) -> None:
 
 @attrs.frozen
 class SmtpSettings:
-    """Where and how to send. Refused at construction when it can't work (C8).
+    """Where and how to send. Refused at construction when it can't work (ADR 0007).
 
     No timeouts here: how long a dial or an exchange may take is a step budget of the lane's
     timing (``EmailStepBudgets.dial``, ``.smtp_exchange``), given to :class:`SmtpMailer`, so it

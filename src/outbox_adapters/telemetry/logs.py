@@ -7,9 +7,9 @@ carries: ``lane`` and ``row`` (the library's ``outbox_lane`` / ``outbox_row`` ex
 inside a recording span (a delivery, an enqueue), and ``exc_type`` for an exception: its class,
 never its text or traceback, which could quote a payload.
 
-The library never logs a secret in the first place (RELIABILITY.md, promise 2; the test suite's log
-canary checks every record, this formatter's rendering included). As a second line of defence the
-formatter masks what looks like one in any text it writes: a URL's password
+The library never logs a secret in the first place (docs/reliability.md, security promise 2; the
+test suite's log canary checks every record, this formatter's rendering included). As a second
+line of defence the formatter masks what looks like one in any text it writes: a URL's password
 (``smtp://user:***@host``), ``password=``/``secret=``/``token=``/``api_key=`` values, and the
 credential of an ``Authorization`` scheme (``Bearer ***``).
 """

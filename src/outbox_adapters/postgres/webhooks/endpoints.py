@@ -190,7 +190,7 @@ class EndpointOps:
         notice: Callable[[Endpoint], NewMessage | None],
         now: datetime | None = None,
     ) -> list[Endpoint]:
-        """Disable every endpoint failing without a success for ``window`` (B6), and enqueue the
+        """Disable every endpoint failing without a success for ``window``, and enqueue the
         message ``notice(endpoint)`` returns (the owner's e-mail) into ``outbox_message`` IN THE
         SAME TRANSACTION: disabled and told, or neither. The message gets the idempotency key
         ``webhook-endpoint-<id>-disabled-<time>`` unless it has one, so one disable tells once.

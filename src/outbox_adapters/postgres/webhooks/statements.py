@@ -238,7 +238,7 @@ WHERE (ev.event_type = ANY(%(event_types)s::text[]) OR '*' = ANY(%(event_types)s
 ORDER BY ev.id
 """
 
-#: Endpoint health (B6): enabled endpoints failing without a success for the whole window. An
+#: Endpoint health (ADR 0018): enabled endpoints failing without a success for the whole window. An
 #: endpoint qualifies when it has had no successful delivery since ``now - window``, its current
 #: run of failing deliveries (failed, or pending after a failed attempt, created after its last
 #: success) began at or before ``now - window``, and it failed again within the window (so an
