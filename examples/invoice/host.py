@@ -23,9 +23,11 @@ import attrs
 import psycopg
 
 from examples.invoice.pdf import invoice_pdf
+from outbox_adapters.app import EmailLane, Outbox, WebhookLane
 from outbox_adapters.lanes.email import email_message
 from outbox_adapters.postgres import enqueue_async
 from outbox_adapters.postgres.webhooks import enqueue_webhook_async
+from outbox_adapters.smtp import SmtpSettings
 from outbox_core.scrub import DEFAULT_SECRET_KEYS, ScrubRules
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "INVOICE_SCRUB",
     "PAY_URL_FIELD",
     "IssuedInvoice",
+    "invoice_outbox",
     "issue_invoice",
 ]
 
@@ -43,6 +46,30 @@ EVENT_TYPE: Final = "invoice.issued"
 PAY_URL_FIELD: Final = "pay_url"
 #: The e-mail lane's scrub rules: the library's defaults, plus this application's secret field.
 INVOICE_SCRUB: Final = ScrubRules(DEFAULT_SECRET_KEYS | {PAY_URL_FIELD})
+
+
+def invoice_outbox(  # noqa: PLR0913 - keyword-only, one per setting the example chooses
+    *,
+    database_url: str,
+    smtp: SmtpSettings,
+    lane: str,
+    allow: tuple[str, ...] = (),
+    allow_http: bool = False,
+    poll_interval: float = 1.0,
+) -> Outbox:
+    """The application's outbox: its e-mail lane ``lane`` (scrubbing :data:`INVOICE_SCRUB`) and
+    the webhook lane (deliveries only where ``allow`` and ``allow_http`` let them go)."""
+    return Outbox(
+        database_url=database_url,
+        smtp=smtp,
+        poll_interval=poll_interval,
+        leader=False,
+        lanes=[
+            EmailLane(lane, scrub=INVOICE_SCRUB),
+            WebhookLane(allow=allow, allow_http=allow_http),
+        ],
+    )
+
 
 #: The host's own table (the outbox tables are the library's; this one is the application's).
 CREATE_INVOICE_TABLE: Final = """

@@ -7,9 +7,10 @@
    --allow-destination 127.0.0.0/8 --allow-http`` would).
 3. Issue the invoice: the invoice row, its e-mail and its webhook event in ONE host transaction.
 4. Print the stored e-mail row: the payment link and the PDF are in it.
-5. Run the e-mail worker (``Worker`` + ``EmailHandler`` + ``SmtpMailer`` in strict STARTTLS, with
-   the lane's scrub rules naming ``pay_url``) and the webhook workers (drainer, first attempts,
-   retries) side by side until the e-mail row is terminal and the delivery recorded.
+5. Run the application's outbox (:func:`~examples.invoice.host.invoice_outbox`: its e-mail lane,
+   SMTP in strict STARTTLS with scrub rules naming ``pay_url``, and the webhook lane: drainer,
+   first attempts, retries) in this process until the e-mail row is terminal and the delivery
+   recorded.
 6. Print the row again (dispatched, the link and the files gone), the mail the sink received and
    the webhook the receiver verified.
 
@@ -25,11 +26,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
 import attrs
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from examples.invoice.evidence import delivery_of, stored_row
 from examples.invoice.host import (
@@ -37,23 +37,19 @@ from examples.invoice.host import (
     EVENT_TYPE,
     INVOICE_SCRUB,
     IssuedInvoice,
+    invoice_outbox,
     issue_invoice,
 )
 from examples.invoice.report import InvoiceReport, show_before
-from outbox_adapters.clock import SystemClock
 from outbox_adapters.demo.receiver import Behaviour, Receiver
 from outbox_adapters.demo.sink import SmtpSink
-from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
-from outbox_adapters.lanes.email import EmailHandler, email_lane
-from outbox_adapters.lanes.webhook_workers import WebhookWorkers
-from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
-from outbox_adapters.postgres import PostgresStore, schema
+from outbox_adapters.http import DestinationGuard
+from outbox_adapters.postgres import schema
+from outbox_adapters.postgres.pools import connection_pool
 from outbox_adapters.postgres.webhooks import WebhookRepository
-from outbox_adapters.runtime import Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp import SmtpSettings
 from outbox_core.delivery import Status
 from outbox_core.signing import WebhookSecret
-from outbox_core.timing import DEFAULT_EMAIL_TIMING
 
 __all__ = ["SENDER", "run_invoice_example"]
 
@@ -63,7 +59,8 @@ CUSTOMER: Final = "ann@customer.example"
 GIVE_UP_AFTER: Final = 30.0
 POLL_INTERVAL: Final = 0.05
 #: The receiver is on loopback over plain HTTP: allowed for this example only (never production).
-GUARD: Final = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
+ALLOW: Final = ("127.0.0.0/8",)
+GUARD: Final = DestinationGuard(allow=ALLOW, require_https=False)
 _ENDED: Final = "the invoice example has ended (its local receiver is gone)"
 
 
@@ -76,9 +73,7 @@ async def run_invoice_example(dsn: str, *, out: TextIO) -> InvoiceReport:
     with SmtpSink(tls="starttls") as sink:
         async with (
             Receiver(Behaviour.VERIFYING) as receiver,
-            AsyncConnectionPool(
-                dsn, min_size=1, max_size=6, kwargs={"autocommit": True}, open=False
-            ) as pool,
+            connection_pool(dsn, max_size=2) as pool,
         ):
             repository = WebhookRepository(pool)
             await GUARD.check_registration(receiver.url)
@@ -114,7 +109,6 @@ async def run_invoice_example(dsn: str, *, out: TextIO) -> InvoiceReport:
                 started = time.monotonic()
                 settled = await _deliver(
                     dsn,
-                    pool=pool,
                     sink=sink,
                     lane=lane,
                     issued=issued,
@@ -139,51 +133,26 @@ async def run_invoice_example(dsn: str, *, out: TextIO) -> InvoiceReport:
     return report
 
 
-async def _deliver(  # noqa: PLR0913 - keyword-only, one per thing the two lanes work with
-    dsn: str,
-    *,
-    pool: AsyncConnectionPool[Any],
-    sink: SmtpSink,
-    lane: str,
-    issued: IssuedInvoice,
-    endpoint_id: int,
+async def _deliver(
+    dsn: str, *, sink: SmtpSink, lane: str, issued: IssuedInvoice, endpoint_id: int
 ) -> bool:
-    """Run the e-mail worker and the webhook workers until both are delivered (or time is up)."""
-    timing = DEFAULT_EMAIL_TIMING
+    """Run the application's e-mail lane and webhook lane until both are delivered (or time is
+    up), as its own process would: ``async with outbox.running()``."""
     settings = SmtpSettings.from_url(
         f"smtp://{sink.host}:{sink.port}", tls="starttls", sender=SENDER
     )
     # Trust the sink's throwaway CA, and nothing else.
     settings = attrs.evolve(settings, tls_context=sink.client_context())
-    store = await PostgresStore.open(dsn, max_size=2)
-    mailer = SmtpMailer(settings, steps=timing.budgets)
-    try:
-        handler = EmailHandler(mailer, sender=SENDER, clock=SystemClock(), steps=timing.budgets)
-        config = email_lane(
-            lane=lane, timing=timing, scrub=INVOICE_SCRUB, poll_interval=POLL_INTERVAL
-        )
-        email_worker = Worker(store, handler, config, holder="invoice-example")
-        async with HttpxWebhookSender(GUARD) as sender:
-            webhook_workers = WebhookWorkers(
-                pool,
-                sender,
-                drain_config=drain_lane(poll_interval=POLL_INTERVAL),
-                delivery_config=delivery_lane(poll_interval=POLL_INTERVAL),
-                leader=False,
-            )
-            tasks = [
-                asyncio.create_task(email_worker.run()),
-                asyncio.create_task(webhook_workers.run()),
-            ]
-            try:
-                return await _until_delivered(dsn, issued, endpoint_id)
-            finally:
-                email_worker.request_stop()
-                webhook_workers.request_stop()
-                await asyncio.gather(*tasks)
-    finally:
-        await mailer.aclose()
-        await store.close()
+    outbox = invoice_outbox(
+        database_url=dsn,
+        smtp=settings,
+        lane=lane,
+        allow=ALLOW,
+        allow_http=True,
+        poll_interval=POLL_INTERVAL,
+    )
+    async with outbox.running():
+        return await _until_delivered(dsn, issued, endpoint_id)
 
 
 async def _until_delivered(dsn: str, issued: IssuedInvoice, endpoint_id: int) -> bool:

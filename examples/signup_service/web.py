@@ -154,7 +154,7 @@ class Service:
                 self._feed = feed
                 if self.run_workers:
                     self.workers = await stack.enter_async_context(
-                        ServiceWorkers(self.settings, pool, self.links)
+                        ServiceWorkers(self.settings, self.links)
                     )
                 yield
             self._pool = None

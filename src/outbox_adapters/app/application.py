@@ -27,6 +27,10 @@ def _as_lanes(value: Iterable[Lane]) -> tuple[Lane, ...]:
     return tuple(value)
 
 
+def _as_streams(value: Iterable[StreamSpec]) -> tuple[StreamSpec, ...]:
+    return tuple(value)
+
+
 def _lanes(_inst: object, _attribute: object, value: Sequence[Lane]) -> None:
     for lane in value:
         if not isinstance(lane, Lane):
@@ -64,7 +68,7 @@ class Outbox:
     leader: bool = True
     listen: bool = True
     poll_interval: float = 1.0
-    streams: tuple[StreamSpec, ...] = attrs.field(default=(), converter=tuple)
+    streams: tuple[StreamSpec, ...] = attrs.field(default=(), converter=_as_streams)
 
     def lane(self, name: str) -> Lane:
         """The lane called ``name``; :class:`ConfigurationError` naming the lanes there are."""

@@ -23,6 +23,7 @@ from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_core.backoff import Backoff
 from outbox_core.errors import ConfigurationError
 from outbox_core.ports import Mailer
+from outbox_core.scrub import ScrubRules
 from outbox_core.timing import EmailStepBudgets, EmailTiming
 
 if TYPE_CHECKING:
@@ -85,7 +86,8 @@ class EmailLane:
     ``timing``: the lane's step budgets and batch; ``rows_in_flight``: rows sent at once (a crash
     can duplicate at most that many); ``group_marks``: one statement records each window of
     rows in flight; ``backoff``: when a transient failure is retried (``None``: the e-mail lane's
-    15 slots over about 72 hours)."""
+    15 slots over about 72 hours); ``scrub``: the payload keys removed by the mark that records
+    a row sent or skipped (``None``: the default secret keys, ADR 0006)."""
 
     name: str = attrs.field(default="email", validator=lane_name("EmailLane"))
     suppressed: SuppressionCheck | None = attrs.field(default=None, validator=_hook)
@@ -97,6 +99,7 @@ class EmailLane:
     rows_in_flight: int = 1
     group_marks: bool = False
     backoff: Backoff | None = None
+    scrub: ScrubRules | None = None
 
     @property
     def options(self) -> frozenset[str]:
@@ -109,6 +112,8 @@ class EmailLane:
     def config(self, app: AppSettings) -> LaneConfig:
         """The runtime's configuration of this lane (ConfigurationError naming what is wrong)."""
         stated: dict[str, Any] = {} if self.backoff is None else {"backoff": self.backoff}
+        if self.scrub is not None:
+            stated["scrub"] = self.scrub
         return email_lane(
             lane=self.name,
             timing=self.timing,

@@ -7,10 +7,11 @@ sink.
 1. A few signups, each ONE host transaction: the business write (a row in ``demo_tenant``, a
    table of the demo's own) and ``publish_async(..., type="tenant.provisioned", key=tenant_id,
    source="auth")`` into the event outbox; they commit together.
-2. The relay (the one runtime: ``Worker`` + ``RelayHandler`` on ``outbox_event``) publishes them to
-   a stream the broker adapter declares, ``published_at`` only after JetStream's PubAck.
-3. The e-mail channel (``EmailChannelWorkers``: group ``notification-email`` and the worker of its
-   e-mail lane) sends ``tenant_welcome`` to each admin and ``owner_notify`` to the platform owner
+2. The relay (:class:`~outbox_adapters.app.RelayLane`, run as a host runs its
+   :class:`~outbox_adapters.app.Outbox`) publishes them to a stream the broker adapter declares,
+   ``published_at`` only after JetStream's PubAck.
+3. The e-mail channel (:class:`~outbox_adapters.app.EmailChannelLane`: group
+   ``notification-email`` and the worker of its e-mail lane) sends ``tenant_welcome`` to each admin and ``owner_notify`` to the platform owner
    through the sink; the in-app channel (group ``notification-inapp``) writes one feed row per
    audience (platform, tenant).
 4. A broker outage, when the demo started the NATS server itself: the server is stopped, one more
@@ -39,7 +40,8 @@ from typing import Any, Final, TextIO
 import attrs
 from psycopg_pool import AsyncConnectionPool
 
-from outbox_adapters.brokers import NatsBroker
+from outbox_adapters.app import EmailChannelLane, InAppChannelLane, Outbox, RelayLane
+from outbox_adapters.brokers import connect_broker
 from outbox_adapters.brokers.embedded import NatsSource
 from outbox_adapters.demo.event_report import (
     PLATFORM_OWNER,
@@ -51,18 +53,9 @@ from outbox_adapters.demo.event_report import (
 )
 from outbox_adapters.demo.signup import TENANT_TABLE, signup
 from outbox_adapters.demo.sink import SmtpSink
-from outbox_adapters.lanes.channel_workers import ChannelTiming, EmailChannelWorkers, inapp_consumer
-from outbox_adapters.lanes.email_channel import (
-    EMAIL_CHANNEL_GROUP,
-    email_channel_lane,
-    platform_recipes,
-)
-from outbox_adapters.lanes.inapp import INAPP_CHANNEL_GROUP
-from outbox_adapters.lanes.relay import RelayHandler, relay_lane
-from outbox_adapters.postgres import PostgresStore
-from outbox_adapters.postgres.events import outbox_event
-from outbox_adapters.runtime import Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.lanes.channel_workers import ChannelTiming
+from outbox_adapters.postgres.pools import connection_pool
+from outbox_adapters.smtp import SmtpSettings
 from outbox_core.backoff import ExponentialBackoff
 from outbox_core.brokers import StreamSpec
 from outbox_core.event_timing import RelayTiming
@@ -108,7 +101,6 @@ async def run_event_demo(  # noqa: PLR0913 - keyword-only, one argument per part
     spec = StreamSpec(
         name=f"DEMO_{run.upper()}_EVENTS", subjects=(topic,), max_age=timedelta(hours=1)
     )
-    broker = NatsBroker([nats.url], streams=[spec])
     outage_possible = nats.server is not None
     total = tenants + (1 if outage_possible else 0)
     out.write(
@@ -118,48 +110,38 @@ async def run_event_demo(  # noqa: PLR0913 - keyword-only, one argument per part
         + (", with a broker outage\n" if outage_possible else "\n")
     )
     out.flush()
+    # The relay and both channels as a host describes them, on the demo's own stream, with the
+    # retries and rechecks shrunk so the outage lasts seconds.
+    app = Outbox(
+        database_url=dsn,
+        smtp=smtp,
+        sender=sender,
+        broker=nats.url,
+        streams=[spec],
+        leader=False,
+        poll_interval=POLL,
+        lanes=[
+            RelayLane(topics=(topic,), timing=DEMO_RELAY_TIMING, backoff=DEMO_RELAY_BACKOFF),
+            EmailChannelLane(
+                public_url=PUBLIC_URL,
+                platform_owner=PLATFORM_OWNER,
+                topic=topic,
+                timing=DEMO_TIMING,
+            ),
+            InAppChannelLane(topic=topic, timing=DEMO_TIMING),
+        ],
+    )
     started = time.monotonic()
     names: dict[str, str] = {}  # event id -> tenant
-    async with AsyncConnectionPool(
-        dsn, min_size=1, max_size=10, kwargs={"autocommit": True}, open=False
-    ) as pool:
+    async with connection_pool(dsn, max_size=2) as pool:
         async with pool.connection() as conn:
             await conn.execute(TENANT_TABLE)
         for n in range(1, tenants + 1):
             tenant, event_id, _ = await signup(dsn, topic, run, n)
             names[event_id] = tenant
-        relay_store = PostgresStore(pool, table=outbox_event)
-        relay = Worker(
-            relay_store,
-            RelayHandler(broker.publisher()),
-            relay_lane(poll_interval=POLL, backoff=DEMO_RELAY_BACKOFF, timing=DEMO_RELAY_TIMING),
-            holder=f"demo-relay-{run}",
-        )
-        mailer = SmtpMailer(smtp)
-        email = EmailChannelWorkers(
-            pool,
-            broker.consumer(EMAIL_CHANNEL_GROUP, [topic]),
-            broker.publisher(),
-            mailer,
-            sender=sender,
-            recipes=platform_recipes(PUBLIC_URL, PLATFORM_OWNER),
-            lane_config=email_channel_lane(poll_interval=POLL),
-            timing=DEMO_TIMING,
-        )
-        inapp = inapp_consumer(
-            pool,
-            broker.consumer(INAPP_CHANNEL_GROUP, [topic]),
-            broker.publisher(),
-            timing=DEMO_TIMING,
-        )
-        tasks = [
-            asyncio.create_task(relay.run()),
-            asyncio.create_task(email.run()),
-            asyncio.create_task(inapp.run()),
-        ]
         outage: Outage | None = None
         finished = False
-        try:
+        async with app.running():
             finished = await _until(
                 lambda: settled(pool, list(names), sink, tenants), give_up_after=30.0
             )
@@ -171,15 +153,9 @@ async def run_event_demo(  # noqa: PLR0913 - keyword-only, one argument per part
                 finished = await _until(
                     lambda: settled(pool, list(names), sink, total), give_up_after=30.0
                 )
-        finally:
-            relay.request_stop()
-            email.request_stop()
-            inapp.request_stop()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await mailer.aclose()
-            await relay_store.close()  # its kept connection back to the pool
         elapsed = time.monotonic() - started
         report = await read_report(pool, names, sink)
+    broker = await connect_broker(nats.url, streams=[spec])
     try:
         dead = len(await broker.dead_letters(topic))
     finally:

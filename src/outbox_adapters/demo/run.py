@@ -10,9 +10,11 @@ What it does
 3. Enqueues the rows in a few host transactions (psycopg, ``enqueue_async``), each carrying a
    ``password_reset_url`` with a canary token in it, on a lane of its own (``demo-<hex>``): a demo
    pointed at a real database never claims, sends or counts anybody else's rows.
-4. Runs the real :class:`~outbox_adapters.runtime.Worker` (a few of them, racing on SKIP LOCKED) with
-   the real :class:`~outbox_adapters.smtp.SmtpMailer` in strict STARTTLS, and a backoff shrunk to
-   0.2 s / 0.5 s / 1 s so that retries, and the end of the schedule, happen while you watch.
+4. Runs the lane as a host describes it (:class:`~outbox_adapters.app.Outbox` with an
+   :class:`~outbox_adapters.app.EmailLane`), in a few replicas racing on SKIP LOCKED, each what
+   one ``outbox worker`` process runs (the real :class:`~outbox_adapters.smtp.SmtpMailer` in
+   strict STARTTLS), with a backoff shrunk to 0.2 s / 0.5 s / 1 s so that retries, and the end of
+   the schedule, happen while you watch.
 5. Stops when every row is terminal and prints what the database and the SMTP server saw, with the
    invariants checked: no duplicate at the server, no secret left in a sent row, nothing in
    plaintext, every row where its recipient says it must end.
@@ -35,8 +37,8 @@ from typing import Any, Final, TextIO
 import attrs
 import psycopg
 
+from outbox_adapters.app import EmailLane, Outbox, run_lane
 from outbox_adapters.brokers.embedded import find_nats
-from outbox_adapters.clock import SystemClock
 from outbox_adapters.demo.events import run_event_demo
 from outbox_adapters.demo.report import (
     DEMO_BACKOFF,
@@ -47,11 +49,10 @@ from outbox_adapters.demo.report import (
 )
 from outbox_adapters.demo.sink import SinkHandler, SmtpSink
 from outbox_adapters.demo.webhooks import run_webhook_demo
-from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import PostgresStore, enqueue_async, schema
+from outbox_adapters.lanes.email import email_message
+from outbox_adapters.postgres import enqueue_async, schema
 from outbox_adapters.postgres.embedded import find_postgres
-from outbox_adapters.runtime import LaneConfig, Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.smtp import SmtpSettings
 from outbox_core.timing import EmailTiming
 
 __all__ = [
@@ -236,30 +237,38 @@ async def _drive(  # noqa: PLR0913 - keyword-only, one argument per part of the 
     dsn: str, sink: SmtpSink, *, lane: str, canary: str, rows: int, err: TextIO
 ) -> DemoReport:
     await _enqueue(dsn, lane=lane, canary=canary, recipients=demo_recipients(rows))
-    store = await PostgresStore.open(dsn, max_size=2 * WORKERS + 1)
-    # One mailer: its pool of STARTTLS sessions serves every worker.
-    timing = EmailTiming.with_overrides(batch_size=BATCH_SIZE)
-    config = _lane_config(lane, timing)
-    # One set of step budgets: the lease is derived from them, and the mailer's windows use them.
-    steps = timing.budgets
-    mailer = SmtpMailer(_smtp_settings(sink), steps=steps)
-    handler = EmailHandler(mailer, sender=DEMO_SENDER, clock=SystemClock(), steps=steps)
+    # The e-mail lane as a host describes it; no leader lease, so that the replicas compete.
+    app = Outbox(
+        database_url=dsn,
+        smtp=_smtp_settings(sink),
+        sender=DEMO_SENDER,
+        environment=DEMO_ENVIRONMENT,
+        leader=False,
+        poll_interval=POLL_INTERVAL,
+        lanes=[
+            EmailLane(
+                lane, timing=EmailTiming.with_overrides(batch_size=BATCH_SIZE), backoff=DEMO_BACKOFF
+            )
+        ],
+    )
+    stop = asyncio.Event()
+    started = time.monotonic()
+    # Each replica is what one `outbox worker` process runs: its own pool, mailer and worker.
+    replicas = [
+        asyncio.create_task(run_lane(app, app.lane(lane), stop=stop, holder=f"demo-worker-{n}"))
+        for n in range(WORKERS)
+    ]
+    watch = asyncio.create_task(_watch(dsn, lane, rows, err, give_up_after=60.0 + rows / 10))
     try:
-        workers = [
-            Worker(store, handler, config, holder=f"demo-worker-{n}") for n in range(WORKERS)
-        ]
-        started = time.monotonic()
-        tasks = [asyncio.create_task(worker.run()) for worker in workers]
-        try:
-            finished = await _watch(dsn, lane, rows, err, give_up_after=60.0 + rows / 10)
-        finally:
-            for worker in workers:
-                worker.request_stop()
-            await asyncio.gather(*tasks)
-        elapsed = time.monotonic() - started
+        # A replica that ends before the rows are done has failed: stop watching and raise it.
+        await asyncio.wait([watch, *replicas], return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await mailer.aclose()
-        await store.close()
+        stop.set()
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        await asyncio.gather(*replicas)
+    finished = not watch.cancelled() and watch.result()
+    elapsed = time.monotonic() - started
     return await _report(
         dsn, sink, lane=lane, canary=canary, rows=rows, elapsed=elapsed, finished=finished
     )
@@ -287,15 +296,6 @@ async def _enqueue(
                         lane=lane,
                     )
                     await enqueue_async(conn, message)
-
-
-def _lane_config(lane: str, timing: EmailTiming) -> LaneConfig:
-    return email_lane(
-        lane=lane,
-        timing=timing,
-        backoff=DEMO_BACKOFF,
-        poll_interval=POLL_INTERVAL,
-    )
 
 
 def _smtp_settings(sink: SmtpSink) -> SmtpSettings:

@@ -1,5 +1,7 @@
 """The demo's webhook part: events fanned out to two local receivers, one healthy, one that answers
-500 and then 410 Gone, through the real drainer, first attempts, retry worker and HTTP sender.
+500 and then 410 Gone, through the webhook lane as a host runs it (:class:`~outbox_adapters.app.Outbox`
+with a :class:`~outbox_adapters.app.WebhookLane`: the drainer, first attempts, retry worker and
+HTTP sender).
 
 It prints the deliveries per endpoint, the retry, the disabled endpoint and how many signatures the
 healthy receiver verified, and checks the promises: every event delivered exactly once to the
@@ -16,12 +18,11 @@ from typing import Final, TextIO
 
 import attrs
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
+from outbox_adapters.app import Outbox, WebhookLane
 from outbox_adapters.demo.receiver import Behaviour, Receiver
-from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
-from outbox_adapters.lanes.webhook_workers import WebhookWorkers
-from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
+from outbox_adapters.lanes.webhooks import WEBHOOK_LANE
+from outbox_adapters.postgres.pools import connection_pool
 from outbox_adapters.postgres.webhooks import WebhookRepository, enqueue_webhook_async
 from outbox_core.backoff import SlotSchedule
 from outbox_core.delivery import Status
@@ -75,12 +76,17 @@ class WebhookDemoReport:
 async def run_webhook_demo(dsn: str, *, events: int, out: TextIO) -> WebhookDemoReport:
     """Fan ``events`` events out to the two receivers and report what happened."""
     event_type = f"demo_{secrets.token_hex(3)}.invoice.paid"
+    # The webhook lane as a host describes it, with the receivers' loopback addresses allowed.
+    app = Outbox(
+        database_url=dsn,
+        poll_interval=0.05,
+        leader=False,
+        lanes=[WebhookLane(allow=("127.0.0.0/8",), allow_http=True, backoff=DEMO_WEBHOOK_BACKOFF)],
+    )
     async with (
         Receiver(Behaviour.VERIFYING_AFTER_503) as healthy,
         Receiver(Behaviour.GONE_AFTER_ERROR) as gone,
-        AsyncConnectionPool(
-            dsn, min_size=1, max_size=12, kwargs={"autocommit": True}, open=False
-        ) as pool,
+        connection_pool(dsn, max_size=2) as pool,
     ):
         repository = WebhookRepository(pool)
         secret = WebhookSecret.generate_from(secrets.token_bytes(32))
@@ -99,22 +105,9 @@ async def run_webhook_demo(dsn: str, *, events: int, out: TextIO) -> WebhookDemo
         async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
             for n in range(events):
                 await enqueue_webhook_async(conn, event_type, {"invoice": n, "amount_cents": 1200})
-        guard = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
         started = time.monotonic()
-        async with HttpxWebhookSender(guard) as sender:
-            workers = WebhookWorkers(
-                pool,
-                sender,
-                drain_config=drain_lane(poll_interval=0.05),
-                delivery_config=delivery_lane(poll_interval=0.05, backoff=DEMO_WEBHOOK_BACKOFF),
-                leader=False,
-            )
-            task = asyncio.create_task(workers.run())
-            try:
-                await _until_settled(repository, (fine.id, doomed.id), events, give_up_after=30.0)
-            finally:
-                workers.request_stop()
-                await task
+        async with app.running(WEBHOOK_LANE):
+            await _until_settled(repository, (fine.id, doomed.id), events, give_up_after=30.0)
         elapsed = time.monotonic() - started
         by_status = await _by_status(repository, (fine.id, doomed.id))
         endpoint = await repository.endpoint(doomed.id)
