@@ -26,8 +26,8 @@ a message must not be failed for good because of either. The reason names the ru
 credential.
 
 Strictness is a decision of its own (ADR 0007): mode "starttls" never falls back to plaintext
-when STARTTLS is missing (a man in the middle can strip the advertisement, and the old opportunistic
-path silently sent invoices in clear); mode "none" is refused in production whatever the flags, and
+when STARTTLS is missing (a man in the middle can strip the advertisement, and an opportunistic path
+would silently send invoices in clear); mode "none" is refused in production whatever the flags, and
 elsewhere needs an explicit ``allow_plaintext``; AUTH goes only over TLS and only when configured.
 """
 

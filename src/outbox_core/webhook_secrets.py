@@ -72,8 +72,8 @@ def stored_key_id(stored: str, *, endpoint_id: int) -> str | None:
 
 
 def store_secret(secret: WebhookSecret, *, endpoint_id: int, encryptor: Encryptor | None) -> str:
-    """The text to store for ``secret``: sealed under the active key, or ``whsec_...`` without
-    keys (as before ADR 0030)."""
+    """The text to store for ``secret``: sealed under the active key (ADR 0030), or the plaintext
+    ``whsec_...`` without keys."""
     if encryptor is None:
         return secret.to_text()
     sealed = encryptor.seal(secret.key, aad=webhook_secret_aad(endpoint_id))

@@ -6,7 +6,7 @@ fan-out that wrote the delivery; the round reads them all in one query instead
 (``delivery_targets``) and leaves them here. :class:`FreshTargets` is what the first attempts'
 :class:`~outbox_adapters.lanes.webhooks.DeliveryHandler` asks: a target read at most ``max_age``
 ago (1 s by default) is used once and dropped; anything else (a retry, a target older than that,
-one the round could not read) is read from the repository as before. The bound keeps what an
+one the round could not read) is read from the repository by the attempt. The bound keeps what an
 attempt acts on as fresh as a per-attempt read would: an endpoint disabled, or a secret rotated,
 more than ``max_age`` before the attempt starts is seen by it; and an endpoint that answers 410
 Gone has its held targets dropped at once (:meth:`FreshTargets.endpoint_gone`), so the attempts

@@ -101,7 +101,7 @@ def text_array(keys: frozenset[str]) -> str:
 
     A lane's scrub keys are the same for every mark, so their literal is made once; sent as text
     and cast by the statement (``::text[]``), it spares the driver's list adaptation per mark,
-    which was the largest single cost of building a mark's parameters.
+    which would otherwise be the largest single cost of building a mark's parameters.
     """
     quoted = ('"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"' for key in sorted(keys))
     return "{" + ",".join(quoted) + "}"

@@ -1,9 +1,10 @@
 """Time limits opened one after another: ``asyncio.timeout``'s behaviour on one reused loop timer.
 
 ``asyncio.timeout`` arms a loop timer when its scope opens and cancels it when the scope closes. The
-strict walk opens two scopes a row (the send's and the mark's); arming and cancelling their timers
-was about a quarter of the runtime's own Python time a row (docs/benchmarks.md, "Dispatch,
-2026-12-02"). A :class:`Deadlines` keeps ONE timer for the scopes it opens one after another:
+strict walk opens two scopes a row (the send's and the mark's); a timer for each, armed and
+cancelled, costs about a quarter of the runtime's own Python time a row (docs/benchmarks.md,
+"Dispatch, 2026-12-02"). A :class:`Deadlines` keeps ONE timer for the scopes it opens one after
+another:
 
 * a scope whose deadline is at or after the armed timer's leaves the timer as it is;
 * when the timer fires before the open scope's deadline, it re-arms for that deadline;

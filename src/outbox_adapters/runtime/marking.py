@@ -155,7 +155,8 @@ class Marker:
 
         ``asyncio.wait``, not ``gather``: if the waiter is cancelled (a second cancellation of a
         worker already stopping), ``gather`` would cancel the marks it waits for and lose them;
-        ``wait`` leaves them running to their end (found by the simulator, seed 72324)."""
+        ``wait`` leaves them running to their end (tests/unit/test_worker.py, simulator seed 72324).
+        """
         while self.in_flight:
             await asyncio.wait(list(self.in_flight))
 

@@ -5,8 +5,8 @@ Text parts are quoted-printable (the stdlib's encoder, ``email.quoprimime``), in
 ``email`` package's ``EmailMessage.set_content(text, cte="quoted-printable")`` and
 ``add_alternative(html, ...)`` give under the SMTP policy (tests/unit/test_mail_wire.py compares
 the two on random text), so the stdlib's slow generator is not in every send. A message without
-attachments is one text/plain part, or a multipart/alternative of text and HTML, exactly as before
-attachments existed: that path does no more work than it did.
+attachments is one text/plain part, or a multipart/alternative of text and HTML: attachments add
+no work to that path.
 
 With attachments the message is a multipart/mixed: the text (or the alternative) first, then one
 base64 part per file, in 76-character lines (RFC 2045 §6.8), with a ``Content-Disposition:

@@ -59,11 +59,11 @@ _REPARSE_POLICY = email.policy.default.clone(header_factory=HeaderClasses())
 #: How it splits the bytes into headers and MIME parts: the same feedparser under ``compat32``,
 #: which keeps each header's raw value instead of building a header object for every header of
 #: every part (and again on every internal ``get_content_type`` the parser makes while it finds
-#: the part boundaries): that was 70 % of a message's CPU. The headers the check compares are then
-#: read through :data:`_REPARSE_POLICY`'s ``header_fetch_parse``, exactly what an access under the
-#: default policy does (the two policies' ``header_source_parse`` are the same code), so they are
-#: parsed by the same classes as before; the MIME types and attachment parameters are read by
-#: ``email.message.Message``'s own parameter parser (ADR 0012).
+#: the part boundaries): building them would be 70 % of a message's CPU. The headers the check
+#: compares are then read through :data:`_REPARSE_POLICY`'s ``header_fetch_parse``, exactly what
+#: an access under the default policy does (the two policies' ``header_source_parse`` are the same
+#: code), so they are parsed by the same classes as by default; the MIME types and attachment
+#: parameters are read by ``email.message.Message``'s own parameter parser (ADR 0012).
 _SPLIT_POLICY = email.policy.compat32
 
 
