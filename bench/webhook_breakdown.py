@@ -106,7 +106,6 @@ async def _run(
             sender,
             drain_config=drain_lane(poll_interval=DRAIN_POLL, rows_in_flight=drain_in_flight),
             delivery_config=delivery_lane(poll_interval=DRAIN_POLL),
-            leader=False,
             first_attempts=first,
         )
         with timers.installed():

@@ -181,7 +181,6 @@ async def _library(
             sender,
             drain_config=drain,
             delivery_config=delivery_lane(poll_interval=DRAIN_POLL),
-            leader=False,
             first_attempts=first_attempts,
         )
         started = time.perf_counter()

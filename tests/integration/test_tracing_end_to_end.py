@@ -162,7 +162,6 @@ async def test_a_webhook_fan_out_hands_the_context_to_each_delivery(wh: Webhooks
                 sender,
                 drain_config=drain_lane(poll_interval=0.05),
                 delivery_config=delivery_lane(poll_interval=0.05),
-                leader=False,
             )
             stats = await workers.run(drain=True)
         assert stats.first_attempts.dispatched == 2

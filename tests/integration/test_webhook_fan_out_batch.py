@@ -125,7 +125,7 @@ async def test_the_drainer_fans_a_claimed_batch_out_in_one_round_and_every_deliv
         async with HttpxWebhookSender(GUARD) as sender:
             workers = WebhookWorkers(
                 wh.pool, sender, drain_config=drain_lane(poll_interval=0.05),
-                delivery_config=delivery_lane(poll_interval=0.05), leader=False,
+                delivery_config=delivery_lane(poll_interval=0.05),
             )  # fmt: skip
             stats = await workers.run(drain=True)
         assert len(hook.requests) == 45
@@ -154,7 +154,7 @@ async def test_a_drainer_configured_one_row_at_a_time_makes_a_round_per_row(wh: 
             assert not config.group_marks
             workers = WebhookWorkers(
                 wh.pool, sender, drain_config=config,
-                delivery_config=delivery_lane(poll_interval=0.05), leader=False,
+                delivery_config=delivery_lane(poll_interval=0.05),
             )  # fmt: skip
             await workers.run(drain=True)
         assert len(hook.requests) == 5
@@ -174,7 +174,7 @@ async def test_after_a_410_the_first_attempts_still_to_come_skip_the_endpoint_no
         async with HttpxWebhookSender(GUARD) as sender:
             workers = WebhookWorkers(
                 wh.pool, sender, drain_config=drain_lane(poll_interval=0.05),
-                delivery_config=delivery_lane(poll_interval=0.05), leader=False,
+                delivery_config=delivery_lane(poll_interval=0.05),
                 first_attempts=1,
             )  # fmt: skip
             await workers.run(drain=True)

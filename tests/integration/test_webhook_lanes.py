@@ -30,7 +30,6 @@ def workers(wh: Webhooks, sender: HttpxWebhookSender, **delivery: Any) -> Webhoo
         sender,
         drain_config=drain_lane(poll_interval=0.05),
         delivery_config=delivery_lane(**settings),
-        leader=False,
     )
 
 

@@ -66,7 +66,6 @@ def workers(wh: Webhooks, sender: HttpxWebhookSender, keys: Encryptor | None) ->
         sender,
         drain_config=drain_lane(poll_interval=0.05),
         delivery_config=delivery_lane(timing=TIMING, backoff=QUICK, poll_interval=0.05),
-        leader=False,
         encryptor=keys,
     )
 

@@ -315,7 +315,6 @@ async def deliver_all(pool, keys: Encryptor) -> None:
             sender,
             drain_config=drain_lane(poll_interval=0.05),
             delivery_config=delivery_lane(poll_interval=0.05),
-            leader=False,
             encryptor=keys,
         ).run(drain=True)
 

@@ -29,7 +29,7 @@ from outbox_adapters.lanes.webhooks import (
     delivery_lane,
     drain_lane,
 )
-from outbox_adapters.postgres import PostgresLeaderLease, PostgresStore
+from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.webhooks import (
     Endpoint,
     SecretCensus,
@@ -88,7 +88,11 @@ class WebhookStats:
 
 
 class WebhookWorkers:
-    """The webhook pipeline of one process. ``run()`` until :meth:`request_stop` (or drained)."""
+    """The webhook pipeline of one process. ``run()`` until :meth:`request_stop` (or drained).
+
+    :class:`~outbox_adapters.app.WebhookLane` builds it over what the lane runner made (the pool,
+    the leader lease, the heartbeat, the wake-up); ``leader`` ``None`` runs both lanes
+    ungated."""
 
     def __init__(  # noqa: PLR0913 - keyword-only knobs, each with a default
         self,
@@ -98,7 +102,7 @@ class WebhookWorkers:
         drain_config: LaneConfig | None = None,
         delivery_config: LaneConfig | None = None,
         clock: Clock | None = None,
-        leader: bool | LeaderLease | None = True,
+        leader: LeaderLease | None = None,
         holder: str | None = None,
         first_attempts: int = DEFAULT_FIRST_ATTEMPTS,
         health_window: timedelta = HEALTH_WINDOW,
@@ -140,12 +144,6 @@ class WebhookWorkers:
             clock=self.clock,
             in_flight=first_attempts,
         )
-        # ``True``: a lease on ``pool``; a lease given (the runner's) is used as it is.
-        lease: LeaderLease | None = None
-        if leader is True:
-            lease = PostgresLeaderLease(pool)
-        elif leader is not False and leader is not None:
-            lease = leader
         #: The drainer's handler: a claimed batch's fan-outs in one transaction.
         self.fan_out = FanOutHandler(
             self.repository, self.first_attempts, clock=self.clock, targets=self.targets
@@ -155,7 +153,7 @@ class WebhookWorkers:
             self.fan_out,
             drain_config,
             clock=self.clock,
-            leader=lease,
+            leader=leader,
             holder=holder,
             wakeup=wakeup,
             heartbeat=heartbeat,
@@ -165,7 +163,7 @@ class WebhookWorkers:
             attempt,
             delivery_config,
             clock=self.clock,
-            leader=lease,
+            leader=leader,
             holder=holder,
             heartbeat=heartbeat,
         )
