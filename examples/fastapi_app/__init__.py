@@ -1,4 +1,5 @@
-"""A FastAPI host: its lifespan runs an e-mail worker, its endpoint enqueues on the request's async
+"""A FastAPI host: its lifespan runs its outbox's e-mail lane (the application object,
+:class:`~outbox_adapters.app.Outbox`), its endpoint enqueues on the request's async
 SQLAlchemy session in the same transaction as the host's row, and the in-app feed is mounted behind
 the app's own authentication. ``create_app(settings)`` builds it; tests/integration/test_fastapi.py
 runs it on a real database and SMTP server.
@@ -12,27 +13,24 @@ runs it on a real database and SMTP server.
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations at run
 # time, and the session dependency is local to create_app.
 
-import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import attrs
 import psycopg
 from fastapi import Depends, FastAPI, HTTPException
-from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
-from outbox_adapters.clock import SystemClock
+from outbox_adapters.app import EmailLane, Outbox
 from outbox_adapters.deadletters import DeadLetters
 from outbox_adapters.feed import Feed, Principal
-from outbox_adapters.lanes.email import EmailHandler, email_lane, email_message
-from outbox_adapters.postgres import PostgresHeartbeat, PostgresStore, enqueue_async
-from outbox_adapters.runtime import Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
+from outbox_adapters.lanes.email import email_message
+from outbox_adapters.postgres import enqueue_async
+from outbox_adapters.postgres.pools import connection_pool
+from outbox_adapters.smtp import SmtpSettings
 from outbox_core.errors import InvalidMessage
 
 __all__ = ["AppSettings", "create_app"]
@@ -51,7 +49,7 @@ class AppSettings:
     dsn: str
     smtp: SmtpSettings
     lane: str = "email"
-    #: The worker's idle poll (a LISTEN wake-up would make it instant; kept simple here).
+    #: The worker's idle poll (a commit on the lane wakes it at once through LISTEN).
     poll_interval: float = 0.2
 
 
@@ -87,34 +85,26 @@ def create_app(settings: AppSettings) -> FastAPI:
 
     # --8<-- [end:create_app]
     # --8<-- [start:lifespan]
+    # The host's outbox, described once: `outbox --app` can load the same object.
+    outbox = Outbox(
+        database_url=settings.dsn,
+        smtp=settings.smtp,
+        poll_interval=settings.poll_interval,
+        lanes=[EmailLane(settings.lane)],
+    )
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with engine.begin() as conn:
             await conn.execute(text(ORDERS))
         async with (
-            AsyncConnectionPool(
-                settings.dsn, min_size=1, max_size=6, kwargs={"autocommit": True}, open=False
-            ) as pool,
-            SmtpMailer(settings.smtp) as mailer,
+            connection_pool(settings.dsn, max_size=4) as pool,
             Feed(settings.dsn, _authenticate, pool=pool) as feed,
+            outbox.running(settings.lane),  # on leaving: the row in flight finishes, marks recorded
         ):
             feed_box["feed"] = feed
             letters_box["letters"] = DeadLetters(pool, _operator)
-            store = PostgresStore(pool)
-            worker = Worker(
-                store,
-                EmailHandler(mailer, sender=settings.smtp.policy.sender, clock=SystemClock()),
-                email_lane(lane=settings.lane, poll_interval=settings.poll_interval),
-                holder=f"{socket.gethostname()}:fastapi",
-                heartbeat=PostgresHeartbeat(pool),
-            )
-            running = asyncio.create_task(worker.run())
-            try:
-                yield
-            finally:
-                worker.request_stop()  # finish the row in flight, record every mark
-                await running
-                await store.close()
+            yield
         await engine.dispose()
 
     # --8<-- [end:lifespan]
