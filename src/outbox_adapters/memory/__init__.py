@@ -42,6 +42,12 @@ from outbox_adapters.memory.recording import (
     RecordingMailer,
     Scripted,
 )
+from outbox_adapters.memory.sender import (
+    RecordingWebhookSender,
+    SenderScripted,
+    WebhookReply,
+    WebhookRequest,
+)
 from outbox_adapters.memory.store import MemoryStore
 from outbox_adapters.memory.webhooks import MemoryWebhookRepository, WebhookEvent
 from outbox_adapters.store_rules import MAX_PAYLOAD_BYTES, NO_SUCH_ROW
@@ -75,8 +81,12 @@ __all__ = [
     "PayloadRewrites",
     "RecordingHandler",
     "RecordingMailer",
+    "RecordingWebhookSender",
     "Scripted",
+    "SenderScripted",
     "StoreStats",
     "StoredRow",
     "WebhookEvent",
+    "WebhookReply",
+    "WebhookRequest",
 ]
