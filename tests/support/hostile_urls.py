@@ -1,4 +1,5 @@
-"""The hostile webhook URLs of RELIABILITY.md ("Webhook URLs"), shared by the unit and security tests.
+"""The hostile webhook URLs of docs/reliability.md ("Hostile input"), shared by the unit and
+security tests.
 
 Each entry is ``(url, what it tries)``. Every one of them must be refused by the destination guard
 under the default policy (https required, nothing allowed), and every one that names an address
