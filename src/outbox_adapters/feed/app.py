@@ -27,6 +27,7 @@ from outbox_adapters.feed.routes import routes
 from outbox_adapters.feed.settings import FeedSettings
 from outbox_adapters.postgres.channels.feed import FeedStore
 from outbox_adapters.postgres.channels.push import ScopeListener
+from outbox_adapters.postgres.pools import open_pool
 
 __all__ = ["Feed"]
 
@@ -79,15 +80,9 @@ class Feed:
     async def start(self) -> None:
         """Open the pool (unless the host gave one) and the LISTEN connection."""
         if self._pool is None:
-            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                self._dsn,
-                min_size=1,
-                max_size=self._pool_size,
-                kwargs={"autocommit": True},
-                open=False,
-                name="outbox-feed",
+            pool = await open_pool(
+                self._dsn, max_size=self._pool_size, name="outbox-feed", fail_fast=False
             )
-            await pool.open(wait=True)
             self._own_pool = pool
             self._store = FeedStore(pool)
         try:

@@ -69,6 +69,7 @@ from outbox_adapters.postgres.marks import (
     sent_params,
 )
 from outbox_adapters.postgres.operator import OperatorQueries, stored_payload
+from outbox_adapters.postgres.pools import open_pool
 from outbox_adapters.postgres.runner import StatementRunner, all_rows, rows_returned
 from outbox_adapters.postgres.tables import (
     check_queue_table,
@@ -137,15 +138,14 @@ class PostgresStore(OperatorQueries):
         multi-statement work still runs inside explicit transactions.
         """
         check_queue_table(table)
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        pool = await open_pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True, **(connect_kwargs or {})},
-            open=False,
             name="outbox-store",
+            connect_kwargs=connect_kwargs,
+            fail_fast=False,
         )
-        await pool.open(wait=True)
         return cls(pool, table=table, owns_pool=True)
 
     @property
