@@ -31,11 +31,6 @@ PACKAGE_DATA = {".html", ".js", ".sql"}
 ALLOWLIST = (
     "src/outbox_adapters/brokers/",  # being moved into sub-packages
     "src/outbox_adapters/memory/__init__.py",
-    "src/outbox_adapters/demo/",
-    "src/outbox_adapters/lanes/webhook_workers.py",  # being rewritten
-    "src/outbox_adapters/lanes/channel_workers.py",  # being rewritten
-    "examples/invoice/run.py",
-    "examples/signup_service/workers.py",
 )
 
 #: What a citation of something outside the repository, or a history note, looks like.

@@ -50,7 +50,7 @@ __all__ = ["HEALTH_WINDOW", "WebhookStats", "WebhookWorkers", "owner_notice"]
 
 _log = logging.getLogger("outbox_adapters.lanes.webhooks")
 
-#: An endpoint failing with no success for this long is disabled and its owner told (B6).
+#: An endpoint failing with no success for this long is disabled and its owner told (ADR 0018).
 HEALTH_WINDOW: Final = timedelta(days=5)
 #: How often the sweep looks for such endpoints.
 HEALTH_INTERVAL: Final = timedelta(minutes=10)
@@ -233,7 +233,7 @@ class WebhookWorkers:
         return census
 
     async def sweep_health(self) -> list[Endpoint]:
-        """Disable the endpoints failing with no success for the health window (B6), each with
+        """Disable the endpoints failing with no success for the health window (ADR 0018), each with
         its owner's notice enqueued in the same transaction; returns them."""
         disabled = await self.repository.disable_unhealthy(
             window=self.health_window, notice=self._notice
