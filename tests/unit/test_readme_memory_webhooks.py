@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "guides" / "webhooks.md"
 
 
 def test_the_readme_s_memory_webhook_example_runs() -> None:
