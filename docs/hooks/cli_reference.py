@@ -13,7 +13,11 @@ cli/config.py reads them (the table is the command's path, the key the parameter
 Nothing is copied by hand, so a new command or option is in the reference on the next build;
 tests/unit/test_cli_reference.py checks that the rendering names every one of them.
 
-- ``python -m docs.hooks.cli_reference cli`` (or ``settings``) prints the generated Markdown.
+docs/deployment.md's table of each lane's database connections is generated the same way, from
+the lane descriptions ``outbox worker --lane NAME`` runs (:data:`LANES_MARKER`).
+
+- ``python -m docs.hooks.cli_reference cli`` (or ``settings``, ``lanes``) prints the generated
+  Markdown.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from attrs import frozen
 
 __all__ = [
     "CLI_MARKER",
+    "LANES_MARKER",
     "SETTINGS_MARKER",
     "Entry",
     "config_key",
@@ -38,6 +43,7 @@ __all__ = [
     "load_failures",
     "on_page_markdown",
     "render_cli",
+    "render_lanes",
     "render_settings",
     "settable",
     "walk",
@@ -46,6 +52,7 @@ __all__ = [
 CLI_MARKER: Final = (
     "<!-- cli-reference (generated from the click commands by docs/hooks/cli_reference.py) -->"
 )
+LANES_MARKER: Final = "<!-- lane-connections (generated from the lane descriptions by docs/hooks/cli_reference.py) -->"
 SETTINGS_MARKER: Final = (
     "<!-- settings-reference (generated from the click commands by docs/hooks/cli_reference.py) -->"
 )
@@ -303,12 +310,41 @@ def render_settings(entries: Sequence[Entry] | None = None) -> str:
     return "\n\n".join(out) + "\n"
 
 
+def render_lanes() -> str:
+    """The connections each lane's worker process opens, from the lane descriptions ``outbox
+    worker --lane NAME`` runs without ``--app`` (cli/lane_flags.py): its pool's size, the LISTEN
+    connection of ``--listen``, and whether it holds the leader lease."""
+    from outbox_adapters.app import EmailLane  # noqa: PLC0415 - the package, at build time
+    from outbox_adapters.cli.lane_flags import BUILTIN_LANES, builtin_lane  # noqa: PLC0415
+
+    rows = [
+        "| `--lane` | description | pool (connections at most) | with `--listen` | leader lease |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name in ("email", *BUILTIN_LANES):
+        lane = builtin_lane(name)
+        pool = str(lane.pool_size())
+        if isinstance(lane, EmailLane):
+            shown = "`email` (any e-mail lane)"
+            base = EmailLane(lane.name, rows_in_flight=2).pool_size() - 2
+            if all(EmailLane(lane.name, rows_in_flight=n).pool_size() == base + n for n in (1, 8)):
+                pool = f"{base} + `--rows-in-flight` ({pool} by default)"
+        else:
+            shown = f"`{name}`"
+        listen = "+ 1" if lane.wakeup_lane is not None else "none"
+        leader = "yes (`--no-leader` turns it off)" if "leader" in lane.options else "no"
+        rows.append(f"| {shown} | `{type(lane).__name__}` | {pool} | {listen} | {leader} |")
+    return "\n".join(rows) + "\n"
+
+
 # --- the MkDocs hook ------------------------------------------------------------------------------
 
 
 def on_page_markdown(markdown: str, page: Any, **_kwargs: Any) -> str:  # noqa: ANN401 - MkDocs'
     """Put the generated reference in place of its marker; refuse a build that can't load every
     command (the reference would leave some out)."""
+    if LANES_MARKER in markdown:
+        markdown = markdown.replace(LANES_MARKER, render_lanes())
     wanted = {CLI_MARKER: render_cli, SETTINGS_MARKER: render_settings}
     found = [marker for marker in wanted if marker in markdown]
     if not found:
@@ -329,9 +365,9 @@ def on_page_markdown(markdown: str, page: Any, **_kwargs: Any) -> str:  # noqa: 
 
 def main(argv: list[str] | None = None) -> int:
     which = (argv if argv is not None else sys.argv[1:]) or ["cli"]
-    render = {"cli": render_cli, "settings": render_settings}.get(which[0])
+    render = {"cli": render_cli, "settings": render_settings, "lanes": render_lanes}.get(which[0])
     if render is None:
-        print("usage: python -m docs.hooks.cli_reference [cli|settings]", file=sys.stderr)
+        print("usage: python -m docs.hooks.cli_reference [cli|settings|lanes]", file=sys.stderr)
         return 2
     print(render(), end="")
     return 0

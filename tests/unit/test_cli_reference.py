@@ -1,6 +1,7 @@
 """The site's CLI and settings references (docs/hooks/cli_reference.py) name every command, argument,
 option and environment variable the ``outbox`` command has, and the config-file keys they show are
-the ones ``--config FILE`` accepts. The command tree is walked here with click's own API, not the
+the ones ``--config FILE`` accepts; docs/deployment.md's connection table is each lane's own. The
+command tree is walked here with click's own API, not the
 generator's, so a command or option the generator drops fails a test."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from docs.hooks import cli_reference
 
 from outbox_adapters.cli import COMMANDS, SUBCOMMANDS, main
 from outbox_adapters.cli.config import default_map
+from outbox_adapters.cli.lane_flags import BUILTIN_LANES, builtin_lane
 from outbox_adapters.cli.options import SettingError
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -208,3 +210,15 @@ def test_the_pages_hold_the_markers_the_hook_replaces() -> None:
     assert settings.count(cli_reference.SETTINGS_MARKER) == 1
     hooks = (DOCS.parent / "mkdocs.yml").read_text(encoding="utf-8")
     assert "docs/hooks/cli_reference.py" in hooks
+
+
+def test_the_deployment_page_s_connection_table_is_each_lane_s_own() -> None:
+    table = cli_reference.render_lanes()
+    for name in BUILTIN_LANES:
+        lane = builtin_lane(name)
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
+        assert f"| {lane.pool_size()} |" in row, row
+        assert ("| + 1 |" in row) == (lane.wakeup_lane is not None), row
+    assert "| `email` (any e-mail lane) | `EmailLane` | 3 + `--rows-in-flight`" in table
+    page = (DOCS / "deployment.md").read_text(encoding="utf-8")
+    assert page.count(cli_reference.LANES_MARKER) == 1
