@@ -1,8 +1,8 @@
 """The site's CLI and settings references (docs/hooks/cli_reference.py) name every command, argument,
 option and environment variable the ``outbox`` command has, and the config-file keys they show are
 the ones ``--config FILE`` accepts; docs/deployment.md's connection table is each lane's own. The
-command tree is walked here with click's own API, not the
-generator's, so a command or option the generator drops fails a test."""
+command tree is walked here with click's own API, not the generator's, so a command or option the
+generator drops fails a test."""
 
 from __future__ import annotations
 
