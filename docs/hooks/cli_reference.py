@@ -343,9 +343,7 @@ def render_lanes() -> str:
 def on_page_markdown(markdown: str, page: Any, **_kwargs: Any) -> str:  # noqa: ANN401 - MkDocs'
     """Put the generated reference in place of its marker; refuse a build that can't load every
     command (the reference would leave some out)."""
-    if LANES_MARKER in markdown:
-        markdown = markdown.replace(LANES_MARKER, render_lanes())
-    wanted = {CLI_MARKER: render_cli, SETTINGS_MARKER: render_settings}
+    wanted = {CLI_MARKER: render_cli, SETTINGS_MARKER: render_settings, LANES_MARKER: render_lanes}
     found = [marker for marker in wanted if marker in markdown]
     if not found:
         return markdown
@@ -357,9 +355,8 @@ def on_page_markdown(markdown: str, page: Any, **_kwargs: Any) -> str:  # noqa: 
             f"{page.file.src_path}: the CLI reference needs every command loadable (install the"
             f" package with its extras, e.g. pip install -e '.[docs,all]'): {'; '.join(failures)}"
         )
-    entries = list(walk())
     for marker in found:
-        markdown = markdown.replace(marker, wanted[marker](entries))
+        markdown = markdown.replace(marker, wanted[marker]())
     return markdown
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 import pytest
@@ -222,3 +223,14 @@ def test_the_deployment_page_s_connection_table_is_each_lane_s_own() -> None:
     assert "| `email` (any e-mail lane) | `EmailLane` | 3 + `--rows-in-flight`" in table
     page = (DOCS / "deployment.md").read_text(encoding="utf-8")
     assert page.count(cli_reference.LANES_MARKER) == 1
+
+
+def test_the_hook_puts_each_generated_part_in_place_of_its_marker() -> None:
+    page = SimpleNamespace(file=SimpleNamespace(src_path="reference/cli.md"))
+    text = f"# CLI\n\n{cli_reference.CLI_MARKER}\n\n{cli_reference.LANES_MARKER}\n"
+    out = cli_reference.on_page_markdown(text, page=page)
+    assert cli_reference.CLI_MARKER not in out
+    assert cli_reference.LANES_MARKER not in out
+    assert "## outbox worker {#outbox-worker}" in out
+    assert "| `events` | `RelayLane` |" in out
+    assert cli_reference.on_page_markdown("# no marker\n", page=page) == "# no marker\n"
