@@ -33,7 +33,7 @@ from outbox_core.errors import ConfigurationError
 from outbox_core.outcomes import OutcomeKind
 
 if TYPE_CHECKING:
-    from outbox_adapters.brokers.kafka_consumer import KafkaMessage
+    from outbox_adapters.brokers.kafka.consumer import KafkaMessage
 
 pytestmark = pytest.mark.integration
 

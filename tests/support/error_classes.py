@@ -68,8 +68,8 @@ PASSED_THROUGH: dict[tuple[str, str], tuple[str, ...]] = {
         "an earlier event of this key is unpublished",
     ),
     # A BrokerUnavailable raised by brokers.errors.operation(): its calls are scanned.
-    ("outbox_adapters/brokers/nats.py", "str(exc)"): (),
-    ("outbox_adapters/brokers/kafka.py", "str(exc)"): (),
+    ("outbox_adapters/brokers/nats/broker.py", "str(exc)"): (),
+    ("outbox_adapters/brokers/kafka/broker.py", "str(exc)"): (),
     ("outbox_adapters/http/errors.py", "_reason(detail)"): ("destination address not allowed",),
     ("outbox_adapters/http/errors.py", "_reason(f'destination address not allowed: {detail}')"): (
         "destination address not allowed",

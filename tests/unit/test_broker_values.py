@@ -22,7 +22,7 @@ from outbox_adapters.brokers import (
     parse_broker_url,
 )
 from outbox_adapters.brokers.errors import describe, operation, publish_outcome
-from outbox_adapters.brokers.kafka_consumer import PartitionOffsets
+from outbox_adapters.brokers.kafka.consumer import PartitionOffsets
 from outbox_adapters.memory import MemoryBroker
 from outbox_core.brokers import (
     DLQ_ATTEMPTS,

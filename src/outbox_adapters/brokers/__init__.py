@@ -1,28 +1,30 @@
-"""Broker adapters (catalogue A7): NATS JetStream and Kafka behind the core's ``Publisher`` and
-``Consumer`` ports, with explicit stream/topic declaration and a dead-letter queue to list and
-redrive. ADR 0019 says what each broker guarantees.
+"""Broker adapters: NATS JetStream and Kafka behind the core's ``Publisher`` and ``Consumer``
+ports, with explicit stream/topic declaration and a dead-letter queue to list and redrive.
+docs/adr/0019-brokers.md says what each broker guarantees.
 
 =====================  ========================================================================
 module                 holds
 =====================  ========================================================================
-:mod:`.nats`           :class:`NatsBroker` (nats-py, JetStream): connection, declaration, publish, DLQ
-:mod:`.nats_consumer`  the JetStream consumer (durable pull, explicit acks)
-:mod:`.kafka`          :class:`KafkaBroker` (aiokafka): producer, declaration, DLQ
-:mod:`.kafka_consumer` the Kafka consumer group (contiguous commits after acks, local retries)
-:mod:`.kafka_config`   :class:`KafkaClientConfig`: the settings every Kafka client is given
+:mod:`.nats`           the NATS JetStream adapter (nats-py): :class:`NatsBroker`, its publisher,
+                       its consumer and its error map
+:mod:`.kafka`          the Kafka adapter (aiokafka): :class:`KafkaBroker`, its publisher, its
+                       consumer group, :class:`KafkaClientConfig` and its error map
 :mod:`.urls`           broker URLs: TLS, credentials, Kafka's SASL
 :mod:`.errors`         what every broker's errors share; :class:`BrokerUnavailable`
-:mod:`.nats_errors`    nats-py's exceptions as core outcomes (the NATS error map)
-:mod:`.kafka_errors`   aiokafka's exceptions as core outcomes (the Kafka error map)
+:mod:`.embedded`       a ``nats-server`` to run (the demo, the benchmarks, the tests)
 =====================  ========================================================================
 
-Each broker's module is imported on first use (``outbox_adapters.brokers.NatsBroker``, or a URL
-that names it), so ``pip install 'leased-outbox[nats]'`` needs no aiokafka and the other way round;
-a broker whose extra is missing raises :class:`~outbox_adapters.extras.MissingExtra` naming it.
+Each adapter is a package that imports its own client library and never the other's, and this
+package imports neither: each broker's package is imported on first use
+(``outbox_adapters.brokers.NatsBroker``, or a URL that names it), so
+``pip install 'leased-outbox[nats]'`` needs no aiokafka and the other way round; a broker whose
+extra is missing raises :class:`~outbox_adapters.extras.MissingExtra` naming it
+(docs/adr/0031-application-object-and-extras.md).
 
 ``connect_broker("nats://127.0.0.1:4222")`` or ``connect_broker("kafka://h1:9092,h2:9092")``
-(``tls://`` and ``kafkas://`` for TLS, with credentials and SASL: :mod:`.urls`) returns a :class:`~outbox_core.brokers.Broker`. It connects on first use: a relay may start while
-the broker is down (its publishes are ``transient`` until the broker is back).
+(``tls://`` and ``kafkas://`` for TLS, with credentials and SASL: :mod:`.urls`) returns a
+:class:`~outbox_core.brokers.Broker`. It connects on first use: a relay may start while the broker
+is down (its publishes are ``transient`` until the broker is back).
 """
 
 from __future__ import annotations
@@ -33,14 +35,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from outbox_adapters.brokers.errors import BrokerUnavailable
-from outbox_adapters.brokers.kafka_config import KafkaClientConfig
 from outbox_adapters.brokers.urls import BrokerUrl
 from outbox_adapters.extras import missing_extra
 from outbox_core.brokers import Broker, DeadLetter, StreamSpec, dlq_subject, park_message
 
 if TYPE_CHECKING:
-    from outbox_adapters.brokers.kafka import KafkaBroker, KafkaPublisher
-    from outbox_adapters.brokers.kafka_consumer import KafkaConsumer
+    from outbox_adapters.brokers.kafka import (
+        KafkaBroker,
+        KafkaClientConfig,
+        KafkaConsumer,
+        KafkaPublisher,
+    )
     from outbox_adapters.brokers.nats import NatsBroker, NatsConsumer, NatsPublisher
 
 __all__ = [
@@ -64,11 +69,12 @@ __all__ = [
     "require_broker",
 ]
 
-#: The names imported on first use, and the module of each.
+#: The names imported on first use, and the broker package of each.
 _LAZY: Final = {
     "KafkaBroker": "outbox_adapters.brokers.kafka",
+    "KafkaClientConfig": "outbox_adapters.brokers.kafka",
     "KafkaPublisher": "outbox_adapters.brokers.kafka",
-    "KafkaConsumer": "outbox_adapters.brokers.kafka_consumer",
+    "KafkaConsumer": "outbox_adapters.brokers.kafka",
     "NatsBroker": "outbox_adapters.brokers.nats",
     "NatsConsumer": "outbox_adapters.brokers.nats",
     "NatsPublisher": "outbox_adapters.brokers.nats",
@@ -107,7 +113,8 @@ def require_broker(url: str) -> BrokerUrl:
 
 
 def _adapter(parsed: BrokerUrl) -> Any:  # noqa: ANN401 - a module
-    """The adapter module of the broker ``parsed`` names (``MissingExtra`` without its extra)."""
+    """The adapter package of the broker ``parsed`` names (:mod:`.nats` or :mod:`.kafka`;
+    ``MissingExtra`` without its extra)."""
     return _load(f"outbox_adapters.brokers.{parsed.broker}", f"a {parsed.broker}:// broker")
 
 
@@ -136,7 +143,7 @@ async def connect_broker(
     url: str, *, streams: Sequence[StreamSpec] = (), ack_wait: timedelta | None = None
 ) -> NatsBroker | KafkaBroker:
     """The broker ``url`` names, with ``streams`` declared on its first use (connection and
-    declaration happen then: a broker that is down now is not an error here).
+    declaration happen then: a broker that is down at this call is not an error).
 
     ``ack_wait`` (NATS): how long JetStream waits for an ack before redelivering (default 2 min;
     it must outlast the consumers' per-event deadline)."""

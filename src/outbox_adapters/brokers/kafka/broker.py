@@ -11,7 +11,7 @@
   ``sent`` only once the send's future resolves (every in-sync replica has it). The idempotent
   producer drops its *own* retries; a replay by another producer (a relay restarted) is stored
   again: Kafka has no id-based de-duplication window, the consumers de-duplicate on ``ce-id``.
-- **Consume**: :mod:`.kafka_consumer`.
+- **Consume**: :mod:`.consumer`.
 - **DLQ**: listed by reading the ``.dlq`` topic from the beginning without a group (nothing is
   committed, nothing consumed). Kafka cannot delete one record, so a redrive appends a *marker*
   record (header ``outbox-dlq-redriven``, same key, so the same partition, after the parked
@@ -31,15 +31,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.admin import CreateTopicsRequest
 
-from outbox_adapters.brokers.errors import (
-    BrokerUnavailable,
-    describe,
-    log,
-    operation,
-    publish_outcome,
-)
-from outbox_adapters.brokers.kafka_config import KafkaClientConfig
-from outbox_adapters.brokers.kafka_consumer import KafkaConsumer
+from outbox_adapters.brokers.errors import BrokerUnavailable, log
+from outbox_adapters.brokers.kafka.config import KafkaClientConfig
+from outbox_adapters.brokers.kafka.consumer import KafkaConsumer
+from outbox_adapters.brokers.kafka.errors import describe, operation, publish_outcome
 from outbox_core.brokers import (
     DLQ_SOURCE,
     EVENT_ID_HEADER,

@@ -31,14 +31,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 
-from outbox_adapters.brokers.errors import (
-    BrokerUnavailable,
-    describe,
-    is_broker_error,
-    log,
-    operation,
-)
-from outbox_adapters.brokers.kafka_config import KafkaClientConfig
+from outbox_adapters.brokers.errors import BrokerUnavailable, log
+from outbox_adapters.brokers.kafka.config import KafkaClientConfig
+from outbox_adapters.brokers.kafka.errors import describe, is_broker_error, operation
 from outbox_core.brokers import EVENT_ID_HEADER
 from outbox_core.errors import ConfigurationError
 

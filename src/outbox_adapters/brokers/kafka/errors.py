@@ -1,4 +1,10 @@
-"""aiokafka's exceptions as core outcomes: the Kafka adapter's error map (see :mod:`.errors`)."""
+"""aiokafka's exceptions as core outcomes: the Kafka adapter's own error map.
+
+:data:`ERROR_MAP` names aiokafka's exceptions; :data:`ERRORS` applies the shared rules of
+:mod:`outbox_adapters.brokers.errors` with it alone, and its methods, exported here as
+:func:`describe`, :func:`is_broker_error`, :func:`operation` and :func:`publish_outcome`, are what
+the Kafka modules call (docs/adr/0019-brokers.md, "One error mapping").
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,18 @@ from typing import Final
 import aiokafka.errors as kafka_errors
 import attrs
 
-from outbox_adapters.brokers.errors import describe, timeout_outcome
+from outbox_adapters.brokers.errors import BrokerErrors
 from outbox_core.outcomes import Outcome
 
-__all__ = ["ERROR_MAP", "KafkaErrors"]
+__all__ = [
+    "ERRORS",
+    "ERROR_MAP",
+    "KafkaErrors",
+    "describe",
+    "is_broker_error",
+    "operation",
+    "publish_outcome",
+]
 
 
 @attrs.frozen
@@ -36,8 +50,14 @@ class KafkaErrors:
         ):
             return Outcome.permanent(f"the broker refuses this message: {describe(exc)}")
         if isinstance(exc, kafka_errors.KafkaTimeoutError):
-            return timeout_outcome(exc, sending=sending)
+            return ERRORS.timeout_outcome(exc, sending=sending)
         return None
 
 
 ERROR_MAP: Final = KafkaErrors()
+#: The shared rules with aiokafka's map only.
+ERRORS: Final = BrokerErrors((ERROR_MAP,))
+describe: Final = ERRORS.describe
+is_broker_error: Final = ERRORS.is_broker_error
+operation: Final = ERRORS.operation
+publish_outcome: Final = ERRORS.publish_outcome

@@ -1,4 +1,10 @@
-"""nats-py's exceptions as core outcomes: the NATS adapter's error map (see :mod:`.errors`)."""
+"""nats-py's exceptions as core outcomes: the NATS adapter's own error map.
+
+:data:`ERROR_MAP` names nats-py's exceptions; :data:`ERRORS` applies the shared rules of
+:mod:`outbox_adapters.brokers.errors` with it alone, and its methods, exported here as
+:func:`describe`, :func:`is_broker_error`, :func:`operation` and :func:`publish_outcome`, are what
+the NATS modules call (docs/adr/0019-brokers.md, "One error mapping").
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,18 @@ import attrs
 import nats.errors
 import nats.js.errors
 
-from outbox_adapters.brokers.errors import describe
+from outbox_adapters.brokers.errors import BrokerErrors
 from outbox_core.outcomes import Outcome
 
-__all__ = ["ERROR_MAP", "NatsErrors"]
+__all__ = [
+    "ERRORS",
+    "ERROR_MAP",
+    "NatsErrors",
+    "describe",
+    "is_broker_error",
+    "operation",
+    "publish_outcome",
+]
 
 
 @attrs.frozen
@@ -39,3 +53,9 @@ class NatsErrors:
 
 
 ERROR_MAP: Final = NatsErrors()
+#: The shared rules with nats-py's map only.
+ERRORS: Final = BrokerErrors((ERROR_MAP,))
+describe: Final = ERRORS.describe
+is_broker_error: Final = ERRORS.is_broker_error
+operation: Final = ERRORS.operation
+publish_outcome: Final = ERRORS.publish_outcome

@@ -34,20 +34,15 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js import api
 
-from outbox_adapters.brokers.errors import (
-    BrokerUnavailable,
-    describe,
-    log,
-    operation,
-    publish_outcome,
-)
-from outbox_adapters.brokers.nats_consumer import (
+from outbox_adapters.brokers.errors import BrokerUnavailable, log
+from outbox_adapters.brokers.nats.consumer import (
     MSG_ID,
     NatsConsumer,
     NatsMessage,
     _public_headers,
     durable_name,
 )
+from outbox_adapters.brokers.nats.errors import describe, operation, publish_outcome
 from outbox_core.brokers import (
     DLQ_SOURCE,
     EVENT_ID_HEADER,

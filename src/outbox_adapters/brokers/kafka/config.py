@@ -1,9 +1,9 @@
 """What every aiokafka client of one cluster is given: :class:`KafkaClientConfig`.
 
-:class:`~outbox_adapters.brokers.kafka.KafkaBroker` makes its producer, admin clients and group-less
-readers from it, and :class:`~outbox_adapters.brokers.kafka_consumer.KafkaConsumer` its group
-member: the consumer needs the cluster's settings, not the broker, so neither module imports the
-other's.
+:class:`~outbox_adapters.brokers.kafka.broker.KafkaBroker` makes its producer, admin clients and
+group-less readers from it, and :class:`~outbox_adapters.brokers.kafka.consumer.KafkaConsumer` its
+group member: the consumer needs the cluster's settings, not the broker, so the consumer's module
+does not import the broker's (which imports it).
 """
 
 from __future__ import annotations

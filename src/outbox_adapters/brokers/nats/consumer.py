@@ -2,9 +2,9 @@
 
 Explicit ack and ``nak(delay)``; the delivery count is JetStream's (``num_delivered``), so it
 survives restarts; a message not acked within the broker's ``ack_wait`` is redelivered. The broker
-(:class:`~outbox_adapters.brokers.nats.NatsBroker`) connects and declares; this module consumes,
-through what :class:`JetStreamSource` says a consumer needs of it (so it does not import the broker's
-module, which imports this one).
+(:class:`~outbox_adapters.brokers.nats.broker.NatsBroker`) connects and declares; this module
+consumes, through what :class:`JetStreamSource` says a consumer needs of it (so it does not import
+the broker's module, which imports this one).
 """
 
 from __future__ import annotations
@@ -21,13 +21,8 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
-from outbox_adapters.brokers.errors import (
-    BrokerUnavailable,
-    describe,
-    is_broker_error,
-    log,
-    operation,
-)
+from outbox_adapters.brokers.errors import BrokerUnavailable, log
+from outbox_adapters.brokers.nats.errors import describe, is_broker_error, operation
 from outbox_core.brokers import EVENT_ID_HEADER
 from outbox_core.errors import ConfigurationError
 
@@ -48,7 +43,7 @@ def durable_name(group: str, subject: str) -> str:
 
 
 class JetStreamSource(Protocol):
-    """What a consumer needs of its broker (:class:`~outbox_adapters.brokers.nats.NatsBroker`)."""
+    """What a consumer needs of its broker (:class:`~outbox_adapters.brokers.nats.broker.NatsBroker`)."""
 
     #: How long JetStream waits for an ack before it redelivers.
     ack_wait: timedelta
@@ -145,7 +140,7 @@ class NatsConsumer:
                 try:
                     await js.add_consumer(stream, config)
                 except nats.js.errors.BadRequestError as exc:
-                    # It exists with other settings (an earlier version's ack_wait): keep it.
+                    # It exists with other settings (declared with another ack_wait): keep it.
                     log.warning("consumer %s kept as it is: %s", name, describe(exc))
                 subs.append(await js.pull_subscribe_bind(name, stream=stream))
         return subs
