@@ -15,7 +15,8 @@ nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
-DEV = ".[dev]"
+#: The project with every extra the suite uses, and the `dev` dependency group (pyproject.toml).
+DEV = (".[all,demo,django]", "--group", "dev")
 # mutmut workers: the CI runners (and the shared dev machine) have two cores.
 MUTMUT_CHILDREN = "2"
 MUTMUT_DOC = "docs/testing.md"
@@ -24,7 +25,7 @@ MUTMUT_DOC = "docs/testing.md"
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The whole suite, with branch coverage; 100% is required on the pure core."""
-    session.install("-e", DEV)
+    session.install("-e", *DEV)
     session.run("coverage", "erase")
     session.run(
         "coverage",
@@ -40,14 +41,14 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def unit(session: nox.Session) -> None:
     """The unit tests only (core, no sockets): the fast loop while working on the core."""
-    session.install("-e", DEV)
+    session.install("-e", *DEV)
     session.run("pytest", "tests/unit", *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def integration(session: nox.Session) -> None:
     """Integration and contract tests only: real PostgreSQL (OUTBOX_TEST_DSN or embedded), SMTP."""
-    session.install("-e", DEV)
+    session.install("-e", *DEV)
     session.run("pytest", "tests/integration", "tests/contract", *session.posargs)
 
 
@@ -55,7 +56,7 @@ def integration(session: nox.Session) -> None:
 def mutations(session: nox.Session) -> None:
     """The SQL/worker mutation matrix of RELIABILITY.md: every mutant must turn its test red; then
     the simulator's mutants (tests/simulation/mutants.py), each caught by a seed of the quick run."""
-    session.install("-e", DEV)
+    session.install("-e", *DEV)
     session.run("python", "-m", "tests.mutations.run")
     # The mutants the simulator can express, each caught within the quick run's seeds (ADR 0029).
     session.run("pytest", "-m", "simulation_mutant", "-s", "tests/simulation/test_mutants.py")
@@ -66,7 +67,7 @@ def simulate(session: nox.Session) -> None:
     """The deterministic simulation's long run (ADR 0029): `nox -s simulate -- --seeds 100000
     --processes 2`; prints `SIM seeds=... violations=0 ...` and every failing seed's replay
     command. The quick run (500 seeds) is part of `nox -s tests`."""
-    session.install("-e", DEV)
+    session.install("-e", *DEV)
     session.run("python", "-m", "tests.simulation", *(session.posargs or ["--seeds", "10000"]))
 
 
@@ -79,7 +80,7 @@ def mutmut(session: nox.Session) -> None:
     backticked mutant names between the mutmut-explained markers of docs/testing.md; a survivor
     missing there fails the session.
     """
-    session.install("-e", DEV, "mutmut>=3.8")
+    session.install("-e", *DEV, "mutmut>=3.8")
     shutil.rmtree("mutants", ignore_errors=True)  # no stale verdicts from an earlier tree
     session.run("mutmut", "run", "--max-children", MUTMUT_CHILDREN, *session.posargs)
     listing = session.run("mutmut", "results", "--all", "true", silent=True)
@@ -122,7 +123,7 @@ def mutmut(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def chaos(session: nox.Session) -> None:
     """The fault tests of RELIABILITY.md in their long versions; prints every figure at the end."""
-    session.install("-e", DEV)
+    session.install("-e", *DEV)
     report = Path(session.create_tmp()) / "chaos-report.txt"
     report.unlink(missing_ok=True)
     env = {"OUTBOX_CHAOS": "full", "OUTBOX_CHAOS_REPORT": str(report)}
@@ -147,7 +148,7 @@ def chaos(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff (check + format) and the import-linter contracts that keep the core sans-IO."""
-    session.install("-e", DEV)
+    session.install("-e", *DEV)
     session.run("ruff", "check", "src", "tests", "bench", "examples", "docs", "noxfile.py")
     session.run(
         "ruff", "format", "--check", "src", "tests", "bench", "examples", "docs", "noxfile.py"
@@ -159,7 +160,7 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over both packages, the examples and the tests (pyproject.toml: files, the
     tests.* override)."""
-    session.install("-e", DEV)
+    session.install("-e", *DEV)
     session.run("mypy")
 
 
@@ -168,7 +169,7 @@ def docs(session: nox.Session) -> None:
     """The documentation site (mkdocs.yml): `mkdocs build --strict`, every warning an error (a
     broken link or anchor, a page left out of the nav, a missing snippet, a stale state diagram),
     into site/ (`nox -s docs -- --site-dir DIR` elsewhere). Nothing is fetched from the internet."""
-    session.install("-e", ".[docs]")
+    session.install("-e", ".", "--group", "docs")
     session.run(
         "mkdocs", "build", "--strict", *(session.posargs or ["--site-dir", "site"]),
         env={"NO_MKDOCS_2_WARNING": "1"},
@@ -193,14 +194,14 @@ def invoice(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """The side-by-side benchmarks of PERFORMANCE.md (`nox -s bench -- --quick`): bench/results/."""
-    session.install("-e", ".[dev,bench]")
+    session.install("-e", *DEV, "--group", "bench")
     session.run("python", "-m", "bench", *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def signup(session: nox.Session) -> None:
     """The reference app (examples/signup_service) on embedded defaults: http://127.0.0.1:8000/."""
-    session.install("-e", ".[example]")
+    session.install("-e", ".[demo,feed]", "--group", "example")
     session.run("python", "-m", "examples.signup_service", *session.posargs)
 
 
@@ -223,5 +224,5 @@ def package(session: nox.Session) -> None:
 def lowest(session: nox.Session) -> None:
     """The unit tests on the lowest versions pyproject.toml allows for every direct dependency
     (`uv pip install --resolution lowest-direct`): the floors are true. A fresh venv each run."""
-    session.install("--resolution", "lowest-direct", "-e", DEV)
+    session.install("--resolution", "lowest-direct", "-e", *DEV)
     session.run("pytest", "tests/unit", "-q", "-x", "-p", "no:cacheprovider", *session.posargs)

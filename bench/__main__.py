@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for path in plots.draw(results, args.plots):
                 _log(f"wrote {path}")
         except ImportError as exc:
-            _log(f"no plots ({exc}); install the bench extra: pip install -e '.[bench]'")
+            _log(f"no plots ({exc}); install the bench group: python3 -m nox -s bench")
     sys.stdout.write(report.markdown(results) + "\n")
     return 1 if failed else 0
 

@@ -1,9 +1,10 @@
-"""In-memory adapters for tests (catalogue A11): a store, a leader lease, a recording mailer, the
-webhook repository.
+"""In-memory adapters for tests: a store, a leader lease, a recording mailer and webhook sender, a
+broker, the webhook repository (docs/guides/testing-your-code.md).
 
 They are shipped for host applications' tests as much as for ours. :class:`MemoryStore` has the
 semantics of :class:`outbox_adapters.postgres.store.PostgresStore`, statement for statement, and the
-contract suite (``tests/contract``) runs the same cases against both, so it cannot drift.
+contract suites (``tests/contract``) run the same cases against both, so they cannot drift: the
+store, the webhook repository, the mailer and the webhook sender each have one.
 
 =====================  ==========================================================================
 module                 holds
@@ -12,6 +13,9 @@ module                 holds
 :mod:`.leader`         :class:`MemoryLeaderLease`, the per-lane leader lease
 :mod:`.recording`      :class:`RecordingMailer` and :class:`RecordingHandler`, peers that record
                        every call and return scripted outcomes
+:mod:`.sender`         :class:`RecordingWebhookSender`, the webhook sender's peer: scripted
+                       replies classified as the HTTP sender classifies them
+:mod:`.broker`         :class:`MemoryBroker`, a broker's publisher and consumers in one process
 :mod:`.operator`       the store's operator side (get, failed, stats, payload rewrite)
 :mod:`.rows`           the stored row and the pure rules applied to it (scrub, requeue filter)
 :mod:`.stamps`         the time a write is stamped with (the caller's ``now`` or the clock's)
