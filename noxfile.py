@@ -169,7 +169,7 @@ def docs(session: nox.Session) -> None:
     """The documentation site (mkdocs.yml): `mkdocs build --strict`, every warning an error (a
     broken link or anchor, a page left out of the nav, a missing snippet, a stale state diagram),
     into site/ (`nox -s docs -- --site-dir DIR` elsewhere). Nothing is fetched from the internet."""
-    session.install("-e", ".", "--group", "docs")
+    session.install("-e", ".[all]", "--group", "docs")
     session.run(
         "mkdocs", "build", "--strict", *(session.posargs or ["--site-dir", "site"]),
         env={"NO_MKDOCS_2_WARNING": "1"},
