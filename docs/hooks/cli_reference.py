@@ -353,7 +353,7 @@ def on_page_markdown(markdown: str, page: Any, **_kwargs: Any) -> str:  # noqa: 
     if failures:
         raise PluginError(
             f"{page.file.src_path}: the CLI reference needs every command loadable (install the"
-            f" package with its extras, e.g. pip install -e '.[docs,all]'): {'; '.join(failures)}"
+            f" package with its extras, e.g. pip install -e '.[all]' --group docs): {'; '.join(failures)}"
         )
     for marker in found:
         markdown = markdown.replace(marker, wanted[marker]())
