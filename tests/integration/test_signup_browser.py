@@ -6,8 +6,8 @@ mark it read and see 0. The welcome and the owner notice are in the mailbox page
 link confirms the address. Then the stream goes down (the server ends its streams and refuses new
 ones): the page says it is polling, and a second signup still turns its badge to 1.
 
-``OUTBOX_SCREENSHOTS=DIR`` saves the dashboards' screenshots there (docs/screenshots is where the
-README's come from); otherwise they go to the test's temporary directory.
+``OUTBOX_SCREENSHOTS=DIR`` saves the dashboards' screenshots there (docs/screenshots holds the ones
+docs/guides/index.md shows); otherwise they go to the test's temporary directory.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ SQLAlchemy ``MetaData`` has no notion of a trigger, so a table that needs one ca
   ``outbox schema verify`` reports a missing or disabled one;
 - ``metadata.create_all()`` runs them right after the table's CREATE (an ``after_create`` hook);
 - a host on Alembic, whose autogenerate does not see triggers, adds ``op.execute(statement)`` for
-  each of :attr:`Trigger.ddl` to a migration (README, "Mounting the feed").
+  each of :attr:`Trigger.ddl` to a migration (docs/guides/feed.md).
 
 Every statement is idempotent: the function is ``CREATE OR REPLACE`` (a newer release's body
 replaces an older one) and the trigger is created only when the table has none of that name.
