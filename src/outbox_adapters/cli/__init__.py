@@ -117,7 +117,7 @@ COMMANDS: Final[Mapping[str, tuple[str, str, str]]] = {
     "demo": (
         "demo",
         "demo_command",
-        "Enqueue and deliver e-mails through a local SMTP server, then check the invariants.",
+        "Run every lane on embedded servers, then check the invariants.",
     ),
     "endpoints": (
         "endpoints",

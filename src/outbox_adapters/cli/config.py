@@ -2,8 +2,10 @@
 
 Every setting of every command comes from, highest first: its flag, its ``OUTBOX_*`` variable, the
 TOML file, its default. The file is click's ``default_map``: a table per command (nested for
-command groups), keyed by the setting's name as ``--help`` spells it (``--smtp-url`` →
-``smtp-url`` or ``smtp_url``); a top-level key applies to every command that has that setting::
+command groups), keyed by the setting's parameter name, ``-`` or ``_`` alike (``--smtp-url`` →
+``smtp-url`` or ``smtp_url``; where the flag and the parameter differ, the parameter's:
+``--allow-destination`` → ``allow``; docs/reference/settings.md lists every key); a top-level key
+applies to every command that has that setting::
 
     database-url = "postgresql://outbox@db:5432/app"     # every command
 

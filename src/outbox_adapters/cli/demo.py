@@ -26,10 +26,16 @@ __all__ = ["demo_command"]
     help_text="PostgreSQL to use instead of an embedded one (the demo writes to a lane of its own).",
 )
 def demo_command(rows: int, database_url: str | None) -> None:
-    """Enqueue and deliver e-mails through a local SMTP server, then check the invariants.
+    """Run every lane on embedded servers, then check the invariants.
 
-    Without --database-url it starts an embedded PostgreSQL (pgserver) and throws it away after.
-    It deliberately ignores OUTBOX_DATABASE_URL: a demo must not write to your real outbox.
+    E-mails through a local STARTTLS SMTP server (some bounce, some are retried); webhook events
+    to two local receivers (one verifies every signature, one answers 410 Gone); domain events
+    through a nats-server from the wheel to the e-mail and in-app channels, with a broker outage.
+
+    Without --database-url it starts an embedded PostgreSQL (pgserver) and throws it away after;
+    with one, only the e-mail part runs, on a lane of its own (the webhook and event parts would
+    drain that database's whole outboxes). It ignores OUTBOX_DATABASE_URL: a demo must not write
+    to your real outbox.
     """
     try:
         from outbox_adapters.demo.run import run_demo  # noqa: PLC0415 - the embedded extra
