@@ -62,6 +62,7 @@ import attrs
 from outbox_core.outcomes import Outcome
 
 __all__ = [
+    "FAILURES_BEFORE_SENDING",
     "HttpAttempt",
     "HttpFailure",
     "SmtpStage",
@@ -213,7 +214,7 @@ class HttpFailure(enum.StrEnum):
 
 
 #: Failures that happen before a byte of the request can leave: the peer surely saw nothing.
-_BEFORE_SENDING: Final = frozenset(
+FAILURES_BEFORE_SENDING: Final = frozenset(
     {
         HttpFailure.DNS,
         HttpFailure.CONNECT_REFUSED,
@@ -248,7 +249,7 @@ def _check_attempt(inst: HttpAttempt, _attribute: object, _value: str | None) ->
         raise ValueError(f"an HTTP status must be an int, got {status!r}")
     if failure is not None and inst.retry_after is not None:
         raise ValueError(f"a Retry-After header comes with a status, not with failure {failure}")
-    if failure in _BEFORE_SENDING and inst.request_sent:
+    if failure in FAILURES_BEFORE_SENDING and inst.request_sent:
         raise ValueError(f"failure {failure} happens before any request byte is sent")
 
 
@@ -325,7 +326,7 @@ def _classify_failure(failure: HttpFailure, *, request_sent: bool) -> Outcome:
     if failure is HttpFailure.BODY_TOO_LARGE:
         # A response arrived, so the receiver had the whole request and may have acted on it.
         return Outcome.transient(reason, maybe_delivered=True)
-    # The validator keeps request_sent False for the failures in _BEFORE_SENDING, so they come
+    # The validator keeps request_sent False for the failures in FAILURES_BEFORE_SENDING, so they come
     # out "surely not sent"; a timeout or reset after the first byte may have been processed.
     return Outcome.transient(reason, maybe_delivered=request_sent)
 

@@ -39,6 +39,7 @@ def assert_safe_reason(reason: str) -> None:
 
 def test_public_surface() -> None:
     assert sorted(classify.__all__) == [
+        "FAILURES_BEFORE_SENDING",
         "HttpAttempt",
         "HttpFailure",
         "SmtpStage",

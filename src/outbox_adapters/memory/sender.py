@@ -37,7 +37,7 @@ import attrs
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.memory.recording import Scripted, _play, _Script
-from outbox_core.classify import HttpAttempt, HttpFailure, classify_http
+from outbox_core.classify import FAILURES_BEFORE_SENDING, HttpAttempt, HttpFailure, classify_http
 from outbox_core.outcomes import Outcome, OutcomeKind
 from outbox_core.ports import Clock
 
@@ -47,17 +47,6 @@ __all__ = ["RecordingWebhookSender", "SenderScripted", "WebhookReply", "WebhookR
 SNIPPET_CHARS: Final = 512
 #: How long a hanging receiver takes to answer: longer than any attempt's budget.
 _NEVER: Final = timedelta(days=365)
-#: Failures that end an attempt before a byte of the request can leave (the HTTP sender's rule):
-#: the receiver surely saw nothing. Any other failure comes after the request went out.
-_BEFORE_SENDING: Final = frozenset(
-    {
-        HttpFailure.DNS,
-        HttpFailure.CONNECT_REFUSED,
-        HttpFailure.CONNECT_TIMEOUT,
-        HttpFailure.TLS,
-        HttpFailure.BLOCKED_DESTINATION,
-    }
-)
 #: What the shared script hands out when nothing is scripted: the sender's default replaces it.
 _UNSCRIPTED: Final = Outcome.skipped("nothing scripted")
 
@@ -229,7 +218,7 @@ class RecordingWebhookSender:
             failure = result
 
             async def fail() -> Outcome:
-                return self._failed(failure, request_sent=failure not in _BEFORE_SENDING)
+                return self._failed(failure, request_sent=failure not in FAILURES_BEFORE_SENDING)
 
             return fail
         if not isinstance(result, Outcome | BaseException) and not callable(result):
