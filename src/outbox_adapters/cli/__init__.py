@@ -4,7 +4,9 @@ Every option has an ``OUTBOX_*`` environment twin (shown in ``--help``), so a co
 configured by environment alone. Exit codes: 0 done; 1 the work found a problem (schema
 incomplete, a requeue refused, the database unreachable, demo invariants broken); 2 the command
 line or configuration can't work, said in one line that names the setting. Secrets are never
-printed: no database URL, no SMTP password (``SmtpSettings.describe()``), no payload values.
+printed: no database URL, no SMTP password (``SmtpSettings.describe()``), no payload values; every
+error line, ``outbox config show`` and both log formats go through the library's one redaction
+(:mod:`outbox_core.redaction`) as a second line of defence.
 
 One module per command family, each a plain click command or group that :func:`main` loads only
 when it is run (:data:`COMMANDS`), so a command's technology is imported only then: ``outbox
@@ -28,6 +30,7 @@ import click
 
 from outbox_adapters import __version__
 from outbox_adapters.extras import MissingExtra, missing_extra
+from outbox_core.redaction import redact_text
 
 __all__ = ["APP_KEY", "COMMANDS", "SUBCOMMANDS", "main"]
 
@@ -217,12 +220,17 @@ class LazyGroup(click.Group):
             )
 
     def invoke(self, ctx: click.Context) -> Any:  # noqa: ANN401 - click's
-        """A technology asked for at run time whose extra is missing: one line, exit 2."""
+        """A technology asked for at run time whose extra is missing: one line, exit 2. Every
+        error line (a refused setting, a failure, a usage error) goes through the one redaction
+        (:func:`outbox_core.redaction.redact_text`): it may quote a value that holds a secret."""
         try:
             return super().invoke(ctx)
         except MissingExtra as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {redact_text(str(exc))}", err=True)
             ctx.exit(2)
+        except click.ClickException as exc:
+            vars(exc)["message"] = redact_text(exc.message)  # click types it Final; set once here
+            raise
 
 
 def _read_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> str | None:
@@ -301,12 +309,12 @@ def main(log_level: str, log_format: str) -> None:
     root = logging.getLogger()
     if root.handlers:  # a host (or a test runner) that configured logging keeps its setup
         return
-    if log_format.lower() == "json":
-        from outbox_adapters.telemetry.logs import json_logging  # noqa: PLC0415
+    from outbox_adapters.telemetry.logs import TextFormatter, json_logging  # noqa: PLC0415
 
+    if log_format.lower() == "json":
         json_logging(log_level.upper())
-        root.setLevel(log_level.upper())
     else:
-        logging.basicConfig(
-            level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        handler = logging.StreamHandler()
+        handler.setFormatter(TextFormatter())
+        root.addHandler(handler)
+    root.setLevel(log_level.upper())

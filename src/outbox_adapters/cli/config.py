@@ -25,8 +25,10 @@ the table and the key (exit 2); values go through each option's own checks when 
 runs, with messages that name the option.
 
 ``outbox config show`` prints, per command, each setting's effective value and where it came from
-(environment, file or default; passwords and keys masked), then the derived timing of every lane
-(per-row budget, batch timeout, claim lease) as the workers would print it at start, and how
+(environment, file or default), each value through the library's one redaction
+(:func:`outbox_core.redaction.redact_setting`: passwords, keys and tokens in every URL and libpq
+form, encryption keys, payload values such as ``--field`` ones masked), then the derived timing of
+every lane (per-row budget, batch timeout, claim lease) as the workers would print it at start, and how
 webhook signing secrets are stored at rest with the worker's keys (plaintext, or sealed under
 which key id).
 """
@@ -34,7 +36,6 @@ which key id).
 from __future__ import annotations
 
 import json
-import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,12 +50,10 @@ from outbox_adapters.lanes.channel_workers import ChannelTiming
 from outbox_adapters.lanes.email_channel import email_channel_lane
 from outbox_adapters.lanes.relay import relay_lane
 from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
+from outbox_core.redaction import redact_setting
 
 __all__ = ["config_group", "default_map", "load_config"]
 
-#: Setting names whose values are never printed.
-_SECRET: Final = re.compile(r"password|secret|keys?$|token", re.IGNORECASE)
-_URL_PASSWORD: Final = re.compile(r"(://[^:/@]+:)[^@/]*@")
 _SOURCES: Final = {
     ParameterSource.ENVIRONMENT: "environment",
     ParameterSource.DEFAULT_MAP: "config file",
@@ -144,16 +143,6 @@ def default_map(path: str, main: click.Group) -> dict[str, Any]:
     return {**own, **_table(path, "", main, document, shared)}
 
 
-def _masked(name: str, value: object) -> object:
-    if value is None or value == ():
-        return value
-    if _SECRET.search(name):
-        return "***"
-    if isinstance(value, str):
-        return _URL_PASSWORD.sub(r"\1***@", value)
-    return value
-
-
 def _effective(command: click.Command, name: str, parent: click.Context) -> dict[str, Any]:
     ctx = command.make_context(name, [], parent=parent, resilient_parsing=True)
     settings = {}
@@ -163,7 +152,7 @@ def _effective(command: click.Command, name: str, parent: click.Context) -> dict
         source = ctx.get_parameter_source(param.name)
         value = ctx.params.get(param.name)
         settings[param.name.replace("_", "-")] = {
-            "value": _masked(param.name, list(value) if isinstance(value, tuple) else value),
+            "value": redact_setting(param.name, list(value) if isinstance(value, tuple) else value),
             "from": _SOURCES.get(source, "unset") if source is not None else "unset",
         }
     return settings

@@ -9,50 +9,33 @@ never its text or traceback, which could quote a payload.
 
 The library never logs a secret in the first place (docs/reliability.md, security promise 2; the
 test suite's log canary checks every record, this formatter's rendering included). As a second
-line of defence the formatter masks what looks like one in any text it writes: a URL's password
-(``smtp://user:***@host``), ``password=``/``secret=``/``token=``/``api_key=`` values, and the
-credential of an ``Authorization`` scheme (``Bearer ***``).
+line of defence both formatters here, this JSON one and :class:`TextFormatter` (``outbox
+--log-format text``), mask what looks like one in any text they write, with the library's one
+redaction (:func:`outbox_core.redaction.redact_text`): a URL's password (``smtp://user:***@host``,
+``postgresql://:***@db``), secret query parameters and libpq ``key=value`` pairs (``password``,
+``sslpassword``, ``token``, ``api_key`` ..., quoted or not), the credential of an
+``Authorization`` scheme (``Bearer ***``) and webhook signing secrets (``whsec_***``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from datetime import UTC, datetime
 from typing import IO, Any, Final
 
 from outbox_adapters.telemetry import providers
+from outbox_core.redaction import redact_text as redact
+from outbox_core.redaction import redact_value
 
-__all__ = ["JsonFormatter", "json_logging", "redact"]
+__all__ = ["TEXT_FORMAT", "JsonFormatter", "TextFormatter", "json_logging", "redact"]
 
-_MASK: Final = "***"
-_URL_PASSWORD: Final = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@/\s]*@")
-_KEY_VALUE: Final = re.compile(
-    r"(?i)(?P<head>\b(?:password|passwd|pwd|secret|token|api[_-]?key)\s*[=:]\s*)[^\s&,;'\"]+"
-)
-_AUTH: Final = re.compile(r"(?i)(?P<head>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}")
+#: The text formatter's line: time, level, logger, message.
+TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Extras the library sets, shown under shorter names.
 _RENAMED: Final = {"outbox_lane": "lane", "outbox_row": "row"}
 _PREFIX: Final = "outbox_"
-
-
-def redact(text: str) -> str:
-    """``text`` with URL passwords, ``key=value`` secrets and Authorization credentials masked."""
-    text = _URL_PASSWORD.sub(rf"\g<head>{_MASK}@", text)
-    text = _KEY_VALUE.sub(rf"\g<head>{_MASK}", text)
-    return _AUTH.sub(rf"\g<head>{_MASK}", text)
-
-
-def _value(value: object) -> object:
-    if isinstance(value, str):
-        return redact(value)
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    if isinstance(value, list | tuple):
-        return [_value(item) for item in value]
-    return redact(str(value))
 
 
 def _span_ids() -> dict[str, str]:
@@ -82,11 +65,22 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in vars(record).items():
             if key.startswith(_PREFIX):
-                line[_RENAMED.get(key, key.removeprefix(_PREFIX))] = _value(value)
+                line[_RENAMED.get(key, key.removeprefix(_PREFIX))] = redact_value(value)
         line.update(_span_ids())
         if record.exc_info and record.exc_info[0] is not None:
             line["exc_type"] = record.exc_info[0].__qualname__
         return json.dumps(line, ensure_ascii=False, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """Formats a record as :data:`TEXT_FORMAT` (an exception's traceback after it), the whole
+    text redacted (see the module docstring)."""
+
+    def __init__(self, fmt: str = TEXT_FORMAT) -> None:
+        super().__init__(fmt)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 def json_logging(
