@@ -17,12 +17,15 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 
+import httpcore
+import httpx
 import pytest
 import trustme
 from standardwebhooks.webhooks import Webhook
 from tests.support.receivers import CanaryListener, HttpReceiver, Reply
 
 from outbox_adapters.http import DestinationGuard, HttpxWebhookSender
+from outbox_adapters.http.sender import PROBE_HOST, PinnedTransport, PinningLost
 from outbox_core.errors import ConfigurationError
 from outbox_core.outcomes import OutcomeKind
 from outbox_core.signing import WebhookSecret, webhook_headers
@@ -323,3 +326,65 @@ def test_max_per_origin_must_be_a_positive_count():
     for bad in (0, -1, True, 2.5, "8"):
         with pytest.raises(ConfigurationError, match="max_per_origin must be a positive count"):
             HttpxWebhookSender(local_guard(), max_per_origin=bad)  # type: ignore[arg-type]
+
+
+# --- the pinning self-check (ADR 0016): an httpx that stops using the pool the sender installs ---
+
+
+async def test_a_transport_whose_pinned_pool_httpx_no_longer_uses_refuses_to_send(monkeypatch):
+    """An httpx whose transport sends through a pool of its own (as one that renamed ``_pool``
+    would): the self-check's request reaches the OS resolver instead of the guard, and the
+    sender refuses before any request is made."""
+    asked: list[str] = []
+
+    def os_resolver(host, *args, **kwargs):
+        asked.append(host.decode() if isinstance(host, bytes) else str(host))
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    async def unpinned(self, request: httpx.Request) -> httpx.Response:
+        async with httpcore.AsyncConnectionPool() as pool:  # httpcore's own backend: the OS
+            answer = await pool.request(request.method, str(request.url))
+        return httpx.Response(answer.status, content=answer.content)
+
+    monkeypatch.setattr(socket, "getaddrinfo", os_resolver)
+    monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", unpinned)
+    async with HttpxWebhookSender(local_guard()) as sender:
+        with (
+            HttpReceiver() as hook,
+            pytest.raises(PinningLost, match="would not be pinned; refusing to send"),
+        ):
+            await sender.send(hook.url(), headers={}, body=b"{}", budget=BUDGET)
+    assert asked == [PROBE_HOST]
+    assert hook.requests == []
+    assert sender.transport is None
+
+
+async def test_an_httpx_that_keeps_its_pool_elsewhere_is_refused_at_construction(monkeypatch):
+    real_init = httpx.AsyncHTTPTransport.__init__
+
+    def renamed(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self._connection_pool = vars(self).pop("_pool")
+
+    monkeypatch.setattr(httpx.AsyncHTTPTransport, "__init__", renamed)
+    with pytest.raises(PinningLost, match=r"AsyncHTTPTransport\._pool"):
+        PinnedTransport(
+            local_guard(), ssl_context=ssl.create_default_context(), limits=httpx.Limits()
+        )
+
+
+async def test_the_self_check_passes_without_resolving_or_connecting_anything():
+    resolved: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        resolved.append(host)
+        return ["127.0.0.1"]
+
+    transport = PinnedTransport(
+        local_guard(resolver=resolver),
+        ssl_context=ssl.create_default_context(),
+        limits=httpx.Limits(),
+    )
+    async with transport:
+        await transport.verify()
+    assert (resolved, transport.backend.connections) == ([], 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Final, Self
 from urllib.parse import urlsplit
@@ -30,9 +30,11 @@ from outbox_core.signing import HEADER_SIGNATURE
 
 __all__ = [
     "DEFAULT_MAX_PER_ORIGIN",
+    "PROBE_HOST",
     "HttpTimeouts",
     "HttpxWebhookSender",
     "PinnedTransport",
+    "PinningLost",
     "response_snippet",
 ]
 
@@ -70,18 +72,82 @@ class HttpTimeouts:
         )
 
 
+#: The host of the self-check request (``.invalid`` never resolves: RFC 6761).
+PROBE_HOST: Final = "pinning-probe.outbox.invalid"
+
+
+class PinningLost(ConfigurationError):
+    """The sender's connections would not go through the destination guard: it refuses to send."""
+
+
+class _ProbeReached(Exception):
+    """The self-check request reached the guard's backend (pinning is in effect)."""
+
+
+class _CheckedBackend(httpcore.AsyncNetworkBackend):
+    """The pool's network backend: the guard's, except that a connect to :data:`PROBE_HOST`
+    stops at once with :class:`_ProbeReached` (nothing is resolved or opened)."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
+        self.inner = inner
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's signature
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        if host == PROBE_HOST:
+            raise _ProbeReached
+        return await self.inner.connect_tcp(
+            host,
+            port,
+            timeout=timeout,
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's signature
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return await self.inner.connect_unix_socket(
+            path, timeout=timeout, socket_options=socket_options
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
 class PinnedTransport(httpx.AsyncHTTPTransport):
     """httpx's HTTP transport whose connection pool connects only through the guard.
 
-    httpx does not take an httpcore network backend as an argument, so the pool it builds is
-    replaced by one built the same way with :class:`~outbox_adapters.http.guard.PinnedBackend`.
-    Every connection the pool ever opens (keep-alive ones included) goes through that backend.
+    httpx does not take an httpcore network backend as an argument, so the pool it builds (its
+    private ``_pool``) is replaced by one built the same way with the guard's
+    :class:`~outbox_adapters.http.guard.PinnedBackend`; every connection that pool ever opens
+    (keep-alive ones included) goes through that backend. Because this leans on an httpx
+    internal, it is checked twice (docs/adr/0016-webhook-sender-and-destination-guard.md):
+    construction refuses (:class:`PinningLost`) unless httpx built a ``_pool`` that is an
+    httpcore ``AsyncConnectionPool``, and :meth:`verify` sends a request for
+    :data:`PROBE_HOST` through the transport and refuses unless it reached the guard's
+    backend. The sender runs :meth:`verify` before a new transport's first request.
     """
 
     def __init__(
         self, guard: DestinationGuard, *, ssl_context: ssl.SSLContext, limits: httpx.Limits
     ) -> None:
         super().__init__(verify=ssl_context, trust_env=False, limits=limits, retries=0)
+        if not isinstance(vars(self).get("_pool"), httpcore.AsyncConnectionPool):
+            raise PinningLost(
+                f"httpx {httpx.__version__} does not keep its connection pool where this"
+                " sender replaces it (AsyncHTTPTransport._pool): its connections would not be"
+                " pinned by the destination guard; refusing to send (install httpx <1.0 as"
+                " pyproject.toml's webhooks extra requires)"
+            )
         self.backend = guard.network_backend()
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=ssl_context,
@@ -91,7 +157,27 @@ class PinnedTransport(httpx.AsyncHTTPTransport):
             http1=True,
             http2=False,
             retries=0,
-            network_backend=self.backend,
+            network_backend=_CheckedBackend(self.backend),
+        )
+
+    async def verify(self) -> None:
+        """Send one request for :data:`PROBE_HOST` through this transport; raise
+        :class:`PinningLost` unless its connect reached the guard's backend (which stops it
+        before anything is resolved or opened)."""
+        request = httpx.Request("POST", f"http://{PROBE_HOST}/")
+        try:
+            response = await self.handle_async_request(request)
+        except _ProbeReached:
+            return
+        except Exception as exc:  # noqa: BLE001 - any other end: the guard was not reached
+            detail = f"{type(exc).__name__}: {exc}"
+        else:
+            await response.aclose()
+            detail = f"a {response.status_code} response"
+        raise PinningLost(
+            f"the webhook sender's self-check request got {detail[:200]} instead of reaching"
+            f" the destination guard (httpx {httpx.__version__}, httpcore"
+            f" {httpcore.__version__}): its connections would not be pinned; refusing to send"
         )
 
 
@@ -185,14 +271,16 @@ class HttpxWebhookSender:
     async def __aexit__(self, *_exc: object) -> None:
         await self.aclose()
 
-    def _client_for(self, loop: asyncio.AbstractEventLoop) -> httpx.AsyncClient:
+    async def _client_for(self, loop: asyncio.AbstractEventLoop) -> httpx.AsyncClient:
+        """The client of ``loop``: the current one, or a new one whose transport passed its
+        pinning self-check (:meth:`PinnedTransport.verify`; :class:`PinningLost` otherwise)."""
         if self._client is not None and self._loop is loop:
             return self._client
         # A client of another (finished) loop: its connections belong to that loop. Drop it.
         self._origins = {}
-        self.transport = PinnedTransport(
-            self.guard, ssl_context=self._ssl_context, limits=self._limits
-        )
+        transport = PinnedTransport(self.guard, ssl_context=self._ssl_context, limits=self._limits)
+        await transport.verify()
+        self.transport = transport
         self._client = httpx.AsyncClient(
             transport=self.transport,
             trust_env=False,
@@ -210,13 +298,15 @@ class HttpxWebhookSender:
     async def send(
         self, url: str, *, headers: Mapping[str, str], body: bytes, budget: timedelta
     ) -> Outcome:
+        # Before the attempt: a transport that fails its pinning self-check raises PinningLost
+        # here (a configuration error, never a delivery outcome).
+        client = await self._client_for(asyncio.get_running_loop())
         progress, token = start_attempt()
         status: int | None = None
         snippet: str | None = None
         try:
             self.guard.check_url(url)
             seconds = max(budget.total_seconds(), 0.0)
-            client = self._client_for(asyncio.get_running_loop())
             async with asyncio.timeout(seconds), self._slot(url):
                 status, retry_after, raw = await self._exchange(
                     client, url, headers, body, self.timeouts.within(seconds)
