@@ -1,7 +1,9 @@
 """Health: when a worker beats, when its beat is stale, and what ``outbox healthcheck`` concludes.
 
 A worker writes a heartbeat for its lane at most every :data:`HEARTBEAT_INTERVAL`, from its own
-loop (:func:`heartbeat_due`), so a loop that stopped turning stops beating. The loop turns once per
+loop (:func:`heartbeat_due`), so a loop that stopped turning stops beating; a loop that ends cleanly
+writes a last, stop beat (:attr:`Beat.stopped`), so a stopped worker is not counted live until its
+beat ages out. The loop turns once per
 claim: between two turns lie at most a batch (``batch_timeout``) and a pause (the poll interval),
 so a live worker's beat is never older than :func:`stale_after` of its lane; the worker writes that
 figure with its beat, and the healthcheck holds each beat to the bound its own worker stated.
@@ -71,10 +73,14 @@ class Beat:
     stale_after: timedelta
     #: Whether it led the lane when it beat (None: not leader-gated).
     leading: bool | None = None
+    #: Whether this is a stop beat: the worker wrote it as its loop ended cleanly, so it is not
+    #: live however young the beat is.
+    stopped: bool = False
 
     @property
     def fresh(self) -> bool:
-        return self.age <= self.stale_after
+        """A live worker's beat: not a stop beat, and no older than the bound it stated."""
+        return not self.stopped and self.age <= self.stale_after
 
 
 @attrs.frozen
@@ -124,10 +130,16 @@ def assess(  # noqa: PLR0913 - keyword-only, one argument per thing the shell re
         )
     elif beats:
         newest = min(beats, key=lambda beat: beat.age)
-        detail = (
-            f"no live worker of lane {lane} on {host}: the newest beat ({newest.holder}) is"
-            f" {_seconds(newest.age)} old, over its bound of {_seconds(newest.stale_after)}"
-        )
+        if newest.stopped:
+            detail = (
+                f"no live worker of lane {lane} on {host}: the newest beat ({newest.holder}) says"
+                f" it stopped cleanly {_seconds(newest.age)} ago"
+            )
+        else:
+            detail = (
+                f"no live worker of lane {lane} on {host}: the newest beat ({newest.holder}) is"
+                f" {_seconds(newest.age)} old, over its bound of {_seconds(newest.stale_after)}"
+            )
     else:
         detail = f"no worker of lane {lane} on {host} has ever beaten"
     checks.append(Check("heartbeat", bool(fresh), detail))

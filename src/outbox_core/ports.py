@@ -345,6 +345,11 @@ class Heartbeat(Protocol):
         """Record that ``holder`` works ``lane`` now, and how old that may get before it is stale."""
         ...
 
+    async def stop(self, lane: str, holder: str) -> None:
+        """Record that ``holder`` stopped working ``lane`` cleanly (its stop beat): from now on
+        its beat is not live, however young."""
+        ...
+
 
 class LeaderLease(Protocol):
     """One worker per lane across replicas (ADR 0008)."""

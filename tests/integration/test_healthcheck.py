@@ -66,10 +66,28 @@ async def test_a_live_leading_worker_is_healthy_and_a_stopped_or_silent_one_is_n
             await running
             await store.close()
 
-    # Stopped: it stepped down, so the lane has no leader; its last beat is still fresh.
+    # Stopped cleanly: it stepped down (the lane has no leader) and wrote its stop beat, so it is
+    # not counted live although that beat is young.
     code, report = health(dsn, lane)
     assert code == 1
-    assert verdicts(report) == {"database": True, "clock": True, "heartbeat": True, "leader": False}
+    assert verdicts(report) == {
+        "database": True,
+        "clock": True,
+        "heartbeat": False,
+        "leader": False,
+    }
+    assert report["checks"][2]["detail"].startswith(
+        f"no live worker of lane {lane} on {host}: the newest beat ({host}:worker-1) says it"
+        " stopped cleanly"
+    )
+    assert health(dsn, lane, "--no-leader")[0] == 1
+
+    # Beating again (a restart under the same holder) clears the stop.
+    query(
+        dsn,
+        "UPDATE outbox_heartbeat SET stopped_at = NULL WHERE lane = %s RETURNING 1",
+        lane,
+    )
     assert health(dsn, lane, "--no-leader")[0] == 0
 
     # Silent past the bound it stated itself: the heartbeat check fails, naming the worker.

@@ -97,6 +97,24 @@ def test_heartbeats_stale_or_missing_fail_naming_why() -> None:
     assert "newest beat new 2.0s ago" in mixed[1]
 
 
+def test_a_stop_beat_is_never_live_however_young_and_the_check_says_it_stopped() -> None:
+    stopped = Beat("h1:7", age=S, stale_after=60 * S, stopped=True)
+    assert not stopped.fresh
+    assert checks(beats=[stopped])["heartbeat"] == (
+        False,
+        (
+            "no live worker of lane email on h1: the newest beat (h1:7) says it stopped cleanly"
+            " 1.0s ago"
+        ),
+    )
+    # A sibling still beating keeps the lane live; a stale beat newer than a stop says so.
+    assert checks(beats=[stopped, Beat("h1:8", 2 * S, 60 * S)])["heartbeat"][0]
+    stale_last = checks(
+        beats=[Beat("h1:7", 90 * S, 60 * S, stopped=True), Beat("h1:8", 61 * S, 60 * S)]
+    )
+    assert "(h1:8) is 61.0s old, over its bound" in stale_last["heartbeat"][1]
+
+
 def test_a_lane_without_a_live_leader_fails_unless_not_required() -> None:
     assert checks(leader=None)["leader"] == (False, "lane email has no live leader (no leader row)")
     over = checks(leader=LeaderSeen("h2:9", term=4, expires_in=-S))["leader"]
@@ -120,12 +138,18 @@ class CountingClaims(MemoryStore):
 class Beats:
     def __init__(self, *, fail: bool = False) -> None:
         self.beats: list[tuple[str, str, timedelta, bool | None]] = []
+        self.stops: list[tuple[str, str]] = []
         self.fail = fail
 
     async def beat(
         self, lane: str, holder: str, *, stale_after: timedelta, leading: bool | None
     ) -> None:
         self.beats.append((lane, holder, stale_after, leading))
+        if self.fail:
+            raise StoreUnavailable("connection refused")
+
+    async def stop(self, lane: str, holder: str) -> None:
+        self.stops.append((lane, holder))
         if self.fail:
             raise StoreUnavailable("connection refused")
 
@@ -153,6 +177,27 @@ async def test_the_loop_beats_once_per_interval_with_its_lanes_bound() -> None:
 
     await asyncio.gather(worker.run(), turn_then_stop())
     assert beats.beats == [("email", "me", stale_after(config.timing, 0.001), None)] * 2
+    assert beats.stops == [("email", "me")]  # the stop beat, once, after the last beat
+
+
+async def test_a_loop_that_never_beat_writes_no_stop_beat() -> None:
+    beats = Beats()
+    worker = Worker(MemoryStore(), RecordingHandler(), email_lane(), heartbeat=beats)
+    worker.request_stop()
+    await worker.run()
+    assert (beats.beats, beats.stops) == ([], [])
+
+
+async def test_a_loop_that_ends_with_an_error_writes_no_stop_beat() -> None:
+    class Broken(MemoryStore):
+        async def claim_due(self, request):
+            raise RuntimeError("a bug")
+
+    beats = Beats()
+    worker = Worker(Broken(), RecordingHandler(), email_lane(), heartbeat=beats)
+    with pytest.raises(RuntimeError, match="a bug"):
+        await worker.run()
+    assert (len(beats.beats), beats.stops) == (1, [])
 
 
 async def test_a_leader_gated_worker_says_whether_it_leads_and_a_failing_beat_stops_nothing() -> (
@@ -176,6 +221,7 @@ async def test_a_leader_gated_worker_says_whether_it_leads_and_a_failing_beat_st
     stats = await asyncio.wait_for(worker.run(drain=True), timeout=5)
     assert stats.dispatched == 1  # the heartbeat failed; the work did not
     assert [leading for *_, leading in beats.beats] == [True]
+    assert beats.stops == [("email", "me")]  # tried; its failure ended nothing either
 
 
 class HangingBeats:
@@ -187,6 +233,9 @@ class HangingBeats:
     ) -> None:
         self.calls += 1
         await asyncio.Event().wait()  # a database gone silent
+
+    async def stop(self, lane: str, holder: str) -> None:
+        """The stop beat answers (this test is about the hanging beat)."""
 
 
 async def test_a_heartbeat_that_hangs_costs_the_loop_its_short_budget_and_no_more() -> None:

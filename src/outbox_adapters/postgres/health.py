@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from outbox_adapters.postgres.errors import mapped_outages
 from outbox_core.health import Beat, LeaderSeen
 
-__all__ = ["BEAT", "HealthReading", "PostgresHeartbeat", "read_health"]
+__all__ = ["BEAT", "STOP", "HealthReading", "PostgresHeartbeat", "read_health"]
 
 #: Upsert this worker's beat (in database time), and forget the lane's workers silent for a day.
 BEAT: Final = """
@@ -32,11 +32,17 @@ INSERT INTO outbox_heartbeat AS h
 VALUES (%(lane)s, %(holder)s, %(host)s, %(pid)s, now(), now(), %(stale_after)s, %(leading)s)
 ON CONFLICT (lane, holder) DO UPDATE
 SET host = EXCLUDED.host, pid = EXCLUDED.pid, beat_at = now(),
-    stale_after = EXCLUDED.stale_after, leads = EXCLUDED.leads
+    stale_after = EXCLUDED.stale_after, leads = EXCLUDED.leads, stopped_at = NULL
+"""
+
+#: This worker's stop beat: it stopped cleanly now (in database time), so it is not live.
+STOP: Final = """
+UPDATE outbox_heartbeat SET beat_at = now(), stopped_at = now()
+WHERE lane = %(lane)s AND holder = %(holder)s
 """
 
 _BEATS: Final = """
-SELECT holder, now() - beat_at, stale_after, leads
+SELECT holder, now() - beat_at, stale_after, leads, stopped_at IS NOT NULL
 FROM outbox_heartbeat WHERE lane = %(lane)s AND host = %(host)s
 ORDER BY beat_at DESC
 """
@@ -44,7 +50,8 @@ _LEADER: Final = "SELECT holder, term, expires_at - now() FROM outbox_leader WHE
 
 
 class PostgresHeartbeat:
-    """:class:`outbox_core.ports.Heartbeat` on ``outbox_heartbeat``: one autocommit upsert a beat."""
+    """:class:`outbox_core.ports.Heartbeat` on ``outbox_heartbeat``: one autocommit upsert a beat,
+    one update for the stop beat (``stopped_at``)."""
 
     def __init__(
         self, pool: AsyncConnectionPool[Any], *, host: str | None = None, pid: int | None = None
@@ -67,6 +74,11 @@ class PostgresHeartbeat:
         }
         async with self._pool.connection() as conn:
             await conn.execute(BEAT, params)
+
+    @mapped_outages
+    async def stop(self, lane: str, holder: str) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(STOP, {"lane": lane, "holder": holder})
 
 
 @attrs.frozen
@@ -91,8 +103,10 @@ def read_health(dsn: str, lane: str, host: str, *, connect_timeout: float = 3.0)
         database_now: datetime = found[0] if found else datetime.now(UTC)
         here = datetime.fromtimestamp((before + after) / 2, UTC)
         beats = tuple(
-            Beat(holder=str(h), age=age, stale_after=bound, leading=leading)
-            for h, age, bound, leading in conn.execute(_BEATS, {"lane": lane, "host": host})
+            Beat(holder=str(h), age=age, stale_after=bound, leading=leading, stopped=stopped)
+            for h, age, bound, leading, stopped in conn.execute(
+                _BEATS, {"lane": lane, "host": host}
+            )
         )
         row = conn.execute(_LEADER, {"lane": lane}).fetchone()
     leader = (

@@ -365,4 +365,6 @@ outbox_heartbeat: Final = Table(
     Column("stale_after", Interval, nullable=False),
     #: Whether it led the lane when it beat (NULL: the lane is not leader-gated).
     Column("leads", Boolean, nullable=True),
+    #: When its worker stopped cleanly (its stop beat; NULL while it runs): not live since.
+    Column("stopped_at", DateTime(timezone=True), nullable=True, info={ADDED_LATER: True}),
 )

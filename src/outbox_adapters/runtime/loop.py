@@ -146,6 +146,7 @@ class Worker:
         finally:
             await self.wait_for_marks()
             await self.leadership.step_down()
+        await self._stop_beat()  # only a loop that ended cleanly says so
         return self.stats
 
     async def _beat(self, leading: bool) -> None:  # noqa: FBT001 - the loop's own flag
@@ -164,6 +165,17 @@ class Worker:
                 )
         except (StoreUnavailable, TimeoutError) as exc:
             _log.warning("heartbeat on lane %s failed (%s)", self.config.lane, exc)
+
+    async def _stop_beat(self) -> None:
+        """Write the stop beat (``outbox healthcheck`` then reports this worker stopped, not live)
+        if this loop ever beat; within the heartbeat's budget, a failure logged and skipped."""
+        if self.heartbeat is None or self._last_beat is None:
+            return
+        try:
+            async with asyncio.timeout(HEARTBEAT_BUDGET.total_seconds()):
+                await self.heartbeat.stop(self.config.lane, self.holder)
+        except (StoreUnavailable, TimeoutError) as exc:
+            _log.warning("stop beat on lane %s failed (%s)", self.config.lane, exc)
 
     async def run_once(self) -> BatchReport:
         """Claim one batch and work it. Returns what happened."""
