@@ -197,7 +197,10 @@ def parse_destination(url: str, *, require_https: bool = True) -> Destination:
     if scheme not in _DEFAULT_PORTS:
         raise _refuse(f"the scheme must be http or https, not {scheme[:20]!r}")
     if scheme == "http" and require_https:
-        raise _refuse("https is required (plain http is allowed only for tests and the demo)")
+        raise _refuse(
+            "https is required (plain http only with --allow-http, the lane's allow_http: tests"
+            " and internal receivers)"
+        )
     rest = url[len(scheme) + 1 :]
     if not rest.startswith("//"):
         raise _refuse("no '//' after the scheme: the URL has no host")

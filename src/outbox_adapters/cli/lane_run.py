@@ -1,6 +1,11 @@
 """Run one lane from the command line: check it, say what it will do, verify the schema, run it
 through the one runner (:func:`outbox_adapters.app.run_lane`) until SIGTERM/SIGINT (or drained),
-and print what it did. ``outbox worker``, ``outbox relay`` and ``outbox consume`` all end here."""
+and print what it did. ``outbox worker``, ``outbox relay`` and ``outbox consume`` all end here.
+
+With ``--drain`` the command exits 1 (after the lines of what it did) when rows were due but the
+drain could not finish them: each was put back for a later attempt (a broker, an SMTP relay or a
+receiver that could not be reached) or its mark was not recorded. A cron job can tell a drain that
+published everything due from one that published nothing."""
 
 from __future__ import annotations
 
@@ -24,9 +29,10 @@ from outbox_adapters.cli.options import (
 )
 from outbox_adapters.extras import MissingExtra
 from outbox_adapters.postgres import WAKEUP_CHANNEL, schema
+from outbox_adapters.runtime.report import BatchReport
 from outbox_core.errors import ConfigurationError
 
-__all__ = ["start_lane", "summary"]
+__all__ = ["start_lane", "summary", "unfinished"]
 
 
 def _figures(stats: Any) -> str:  # noqa: ANN401 - attrs stats
@@ -46,6 +52,16 @@ def summary(stats: Any) -> list[str]:  # noqa: ANN401 - the lane's stats
     lines = [f"{name}: {_figures(value)}" for name, value in parts.items()]
     lines += [f"{name.replace('_', ' ')}: {v}" for name, v in values.items() if name not in parts]
     return lines
+
+
+def unfinished(stats: Any) -> int:  # noqa: ANN401 - the lane's stats
+    """How many rows the lane claimed and left undone: retried later, or their mark not recorded
+    (the batch counts of every part of the lane)."""
+    if not attrs.has(type(stats)):
+        return 0
+    if isinstance(stats, BatchReport):
+        return stats.retried + stats.mark_errors
+    return sum(unfinished(getattr(stats, field.name)) for field in attrs.fields(type(stats)))
 
 
 def _starting_option(app: Outbox, lane: Lane) -> str:
@@ -92,6 +108,12 @@ def start_lane(app: Outbox, lane: Lane, *, drain: bool) -> None:
         raise SettingError(f"{_starting_option(app, lane)}: {exc}") from None
     for line in summary(stats):
         click.echo(line)
+    left = unfinished(stats)
+    if drain and left:
+        raise Failure(
+            f"--drain: {left} due row(s) could not be finished (put back for a later attempt;"
+            " the warnings above say why)"
+        )
 
 
 async def _work(app: Outbox, lane: Lane, *, drain: bool) -> Any:  # noqa: ANN401 - the stats

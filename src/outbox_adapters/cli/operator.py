@@ -261,6 +261,11 @@ def stats_command(database_url: str, queue: str) -> None:
         click.echo(line)
 
 
+def _next_attempt(row: StoredRow) -> str | None:
+    """When a pending row is tried next; a terminal row (sent, skipped, failed) is never: ``-``."""
+    return when(row.next_attempt_at) if row.status is Status.PENDING else "-"
+
+
 def shown_row(row: StoredRow, rules: ScrubRules) -> list[str]:
     """``outbox get``'s lines: the row's columns, then its payload with secret values masked.
 
@@ -271,7 +276,7 @@ def shown_row(row: StoredRow, rules: ScrubRules) -> list[str]:
         f"lane:            {row.lane}",
         f"status:          {row.status.value}",
         f"attempts:        {row.attempts}",
-        f"next attempt at: {when(row.next_attempt_at)}",
+        f"next attempt at: {_next_attempt(row)}",
         f"claimed at:      {when(row.claimed_at)}",
         f"last error:      {row.last_error or '-'}",
         f"idempotency key: {row.idempotency_key or '-'}",

@@ -12,6 +12,11 @@ many rows carry it, the lane's leader and its term, and how many workers of the 
 host). With ``--broker``, a second table has one row per consumer channel (a consumer group on
 the topic): events waiting in the broker, handed out and not acknowledged, and parked. Ctrl-C ends
 it.
+
+A broker that cannot be reached hides only the channels: the live screen keeps the lanes and says
+why under the channels' table; ``--once`` (and ``--json``, with ``"channels": []`` and
+``"broker_error"``) prints the lanes, then exits 1 with one error line naming ``--broker``. The
+database unreachable is exit 1 with nothing shown (the lanes are read from it).
 """
 
 from __future__ import annotations
@@ -189,23 +194,16 @@ def top_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     if once or as_json:
         with database_errors():
             lanes = read_lanes(database_url)
+        unreachable: str | None = None
+        channels: list[ChannelRow] = []
         try:
             channels = read_channels(database_url, broker, topic, groups) if broker else []
-        except BrokerUnavailable as exc:
-            raise Failure(f"cannot read the consumer channels (--broker): {exc}") from None
-        if as_json:
-            found = {"lanes": [lane.as_json() for lane in lanes]}
-            if broker:
-                found["channels"] = [channel.as_json() for channel in channels]
-            click.echo(json.dumps(found))
-            return
-        _record(lanes, ages)
-        console = Console()
-        if not console.is_terminal:  # a pipe or a file: wide enough for every column
-            console = Console(width=max(console.width, 200))
-        console.print(render(lanes, ages))
-        if broker:
-            console.print(render_channels(channels))
+        except BrokerUnavailable as exc:  # the database's part is still shown
+            unreachable = str(exc)
+        problem = None if unreachable is None else f"broker unreachable: {unreachable}"
+        _once(lanes, ages, channels, broker=broker, problem=problem, as_json=as_json)
+        if unreachable is not None:
+            raise Failure(f"cannot read the consumer channels (--broker): {unreachable}")
         return
     with Live(auto_refresh=False) as live:
         try:
@@ -220,6 +218,33 @@ def top_command(  # noqa: PLR0913, PLR0917 - one parameter per option
                 time.sleep(interval)
         except KeyboardInterrupt:
             return
+
+
+def _once(  # noqa: PLR0913 - what one snapshot shows
+    lanes: Sequence[LaneRow],
+    ages: dict[str, deque[float]],
+    channels: Sequence[ChannelRow],
+    *,
+    broker: str | None,
+    problem: str | None,
+    as_json: bool,
+) -> None:
+    """One snapshot on stdout: the lanes, and with ``broker`` the channels (none, and the
+    ``problem``, when the broker could not be read)."""
+    if as_json:
+        found: dict[str, object] = {"lanes": [lane.as_json() for lane in lanes]}
+        if broker:
+            found["channels"] = [channel.as_json() for channel in channels]
+            found["broker_error"] = problem
+        click.echo(json.dumps(found))
+        return
+    _record(lanes, ages)
+    console = Console()
+    if not console.is_terminal:  # a pipe or a file: wide enough for every column
+        console = Console(width=max(console.width, 200))
+    console.print(render(lanes, ages))
+    if broker:
+        console.print(render_channels(channels, problem))
 
 
 def _screen(  # noqa: PLR0913 - what one refresh shows
