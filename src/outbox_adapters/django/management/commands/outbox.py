@@ -4,16 +4,21 @@ From code: ``call_command("outbox", "--", "worker", "--lane", "email", "--drain"
 keeps Django's parser off the command's options).
 
 ``--database-url`` is filled in from ``DATABASES`` (``--using`` picks which; ``default`` unless
-named), so ``python manage.py outbox worker --lane email --smtp-url ...`` runs the worker against
-the same database the app writes to. Every other option is the command's own (``outbox <command>
---help``).
+named), with every libpq parameter of the entry's ``OPTIONS`` (sslmode, sslrootcert, the
+search_path in ``options``, ...: :func:`outbox_adapters.django.conninfo_from_settings`), so
+``python manage.py outbox worker --lane email --smtp-url ...`` runs the worker against the same
+database, as the same user over the same TLS, the app writes to. Every other option is the command's own (``outbox <command>
+--help``). An entry the string can't be built from is one ``Error:`` line naming the key (never
+a value: the password stays out of every message), exit status 2.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from outbox_adapters.cli import main
@@ -37,15 +42,21 @@ class Command(BaseCommand):
         using = "default"
         if rest[:1] == ["--using"] and len(rest) > 1:
             using, rest = rest[1], rest[2:]
-        main.main(args=_with_database(rest, using), prog_name="manage.py outbox")
+        try:
+            command = _with_database(rest, using)
+        except ImproperlyConfigured as exc:
+            sys.stderr.write(f"Error: {exc}\n")
+            sys.exit(2)
+        main.main(args=command, prog_name="manage.py outbox")
 
     def handle(self, *args: str, **options: Any) -> None:  # noqa: ANN401
         # call_command("outbox", "--", ...): a non-zero exit is a CommandError with its code.
         try:
-            main.main(
-                args=_with_database(list(args), options.get("using") or "default"),
-                prog_name="manage.py outbox",
-            )
+            command = _with_database(list(args), options.get("using") or "default")
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc), returncode=2) from None
+        try:
+            main.main(args=command, prog_name="manage.py outbox")
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
             if code:
