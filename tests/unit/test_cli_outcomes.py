@@ -57,3 +57,10 @@ def test_a_drain_counts_the_rows_it_put_back_or_could_not_mark() -> None:
     parts = WebhookStats(WorkerStats(), WorkerStats(retried=1), WorkerStats(retried=4))
     assert unfinished(parts) == 5
     assert unfinished("not attrs stats") == 0
+
+
+def test_an_error_of_outbox_s_own_options_is_redacted_too() -> None:
+    result = outbox("--log-level", "postgresql://ops:Cnry8ZqX@db/app", "stats")
+    assert result.exit_code == 2
+    assert "Cnry8ZqX" not in result.output
+    assert "postgresql://ops:***@db/app" in result.output

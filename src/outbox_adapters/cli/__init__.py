@@ -220,6 +220,20 @@ class LazyGroup(click.Group):
                 ]
             )
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,  # noqa: ANN401 - click's
+    ) -> click.Context:
+        """``outbox``'s own options (``--config``, ``--app``): their errors redacted as well."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            vars(exc)["message"] = redact_text(exc.message)  # click types it Final; set once here
+            raise
+
     def invoke(self, ctx: click.Context) -> Any:  # noqa: ANN401 - click's
         """A technology asked for at run time whose extra is missing: one line, exit 2. Every
         error line (a refused setting, a failure, a usage error) goes through the one redaction

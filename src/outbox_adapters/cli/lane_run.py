@@ -31,6 +31,7 @@ from outbox_adapters.extras import MissingExtra
 from outbox_adapters.postgres import WAKEUP_CHANNEL, schema
 from outbox_adapters.runtime.report import BatchReport
 from outbox_core.errors import ConfigurationError
+from outbox_core.redaction import redact_text
 
 __all__ = ["start_lane", "summary", "unfinished"]
 
@@ -92,8 +93,8 @@ def start_lane(app: Outbox, lane: Lane, *, drain: bool) -> None:
         raise
     except ConfigurationError as exc:
         raise SettingError(str(exc)) from None
-    for line in lines:
-        click.echo(line)
+    for line in lines:  # they name the settings: through the one redaction as well
+        click.echo(redact_text(line))
     keys = describe_secrets if isinstance(lane, WebhookLane) else describe_keys
     click.echo(keys(app.encryptor))
     assert app.database_url is not None  # noqa: S101 - check_lane refused an app without one
