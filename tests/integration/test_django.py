@@ -23,6 +23,7 @@ import django
 import psycopg
 import pytest
 import trustme
+from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -200,10 +201,18 @@ def test_the_app_is_labelled_leased_outbox(django_dsn: str) -> None:
 # --- async views ----------------------------------------------------------------------------------
 
 
+def _record_order(lane: str, to: str) -> None:
+    """The host's own write on Django's connection (as the ORM's ``acreate`` would do it)."""
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO django_async_order (lane, email) VALUES (%s, %s)", [lane, to])
+
+
 async def order_view(request: HttpRequest) -> HttpResponse:
-    """An async view: the message and the event in ``aatomic()``; ``?fail=1`` fails after both."""
+    """An async view: the host's row, the message and the event in ``aatomic()``; ``?fail=1``
+    fails after all three."""
     lane, to = request.GET["lane"], request.GET["to"]
     async with aatomic():
+        await sync_to_async(_record_order)(lane, to)  # thread-sensitive, as Django's async ORM
         made = await aenqueue(message(lane, to))
         await apublish(topic="django-async", key=f"{lane}:{to}", type="order.placed", data={})
         if request.GET.get("fail"):
@@ -218,6 +227,8 @@ class _Urls:
 async def test_async_view_writes_with_its_block_and_nothing_when_it_fails(
     django_dsn: str, lane: str
 ) -> None:
+    with psycopg.connect(django_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS django_async_order (lane text, email text)")
     client = AsyncClient(raise_request_exception=True)
     with override_settings(ROOT_URLCONF=_Urls, ALLOWED_HOSTS=["testserver"]):
         ok = await client.get("/order", {"lane": lane, "to": "ann@example.org"})
@@ -233,6 +244,8 @@ async def test_async_view_writes_with_its_block_and_nothing_when_it_fails(
         f"{lane}:%",
     )
     assert events == [(f"{lane}:ann@example.org",)]
+    orders = query(django_dsn, "SELECT email FROM django_async_order WHERE lane = %s", lane)
+    assert orders == [("ann@example.org",)]
 
 
 async def test_aenqueue_joins_the_block_and_is_refused_outside_one(
