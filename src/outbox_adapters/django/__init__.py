@@ -42,6 +42,7 @@ from outbox_core.messages import NewMessage
 from outbox_core.ports import EnqueueResult
 
 __all__ = [
+    "DJANGO_ONLY_OPTIONS",
     "aatomic",
     "aenqueue",
     "apublish",
