@@ -211,7 +211,11 @@ async def _serve(dsn: str) -> None:
     def everyone_operates(_connection: HTTPConnection) -> Principal:
         return Principal.platform_operator()
 
-    async with Feed(dsn, everyone_operates, settings=FeedSettings(send_timeout=30)) as feed:
+    # Every bench stream is the one principal's: the caps (10 a principal, 1,000 a process by
+    # default) are raised so that a series' streams and the last series' closing ones all fit.
+    most = 2 * max(STREAM_COUNTS)
+    settings = FeedSettings(send_timeout=30, max_streams_per_principal=most, max_streams=most)
+    async with Feed(dsn, everyone_operates, settings=settings) as feed:
         config = uvicorn.Config(
             Starlette(routes=[Mount("/feed", app=feed.app)]),
             host="127.0.0.1", port=0, log_level="error", lifespan="off", backlog=4096,

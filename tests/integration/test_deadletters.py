@@ -202,3 +202,79 @@ async def test_parked_events_are_listed_by_reason_and_not_requeued_here(
         )
         assert refused.status_code == 400
         assert "dlq redrive" in refused.json()["error"]
+
+
+async def test_every_response_forbids_framing_and_sniffing(console: str) -> None:
+    async with httpx.AsyncClient(headers={"x-operator": "ann"}) as client:
+        answers = [
+            await client.get(f"{console}/"),
+            await client.get(f"{console}/page.js"),
+            await client.get(f"{console}/api/failed"),
+            await client.get(f"{console}/nowhere"),
+            await client.post(f"{console}/api/requeue", json={"queue": "messages", "ids": [1]}),
+        ]
+    for answer in answers:
+        assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], answer.url
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"sec-fetch-site": "cross-site", "origin": "https://evil.example"},
+        {"sec-fetch-site": "same-site", "origin": "http://127.0.0.1:1"},
+        {"origin": "https://evil.example"},
+        {"origin": "null"},
+    ],
+)
+async def test_a_cross_site_requeue_is_refused_and_audits_nothing(
+    db: str, console: str, headers: dict[str, str]
+) -> None:
+    failed = _row(db, "failed", "SMTP failure at connect: timed out")
+    async with httpx.AsyncClient(headers={"x-operator": "eve", **headers}) as client:
+        got = await client.post(
+            f"{console}/api/requeue", json={"queue": "messages", "ids": [failed]}
+        )
+    assert got.status_code == 403
+    assert "cross-site request refused" in got.json()["error"]
+    assert query(db, "SELECT count(*) FROM outbox_requeue_audit") == [(0,)]
+    assert query(db, "SELECT status FROM outbox_message WHERE id = %s", failed) == [("failed",)]
+
+
+async def test_a_same_origin_requeue_passes_the_rule(db: str, console: str) -> None:
+    failed = _row(db, "failed", "SMTP failure at connect: timed out")
+    own = console.removesuffix(BASE)
+    async with httpx.AsyncClient(headers={"x-operator": "ann"}) as client:
+        for headers in ({"sec-fetch-site": "same-origin", "origin": own}, {"origin": own}):
+            got = await client.post(
+                f"{console}/api/requeue",
+                json={"queue": "messages", "ids": [failed], "reason": "r"},
+                headers=headers,
+            )
+            assert got.status_code == 200, got.text
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"queue": [], "ids": [1]}, "queue must be one of"),
+        ({"queue": {"a": 1}, "ids": [1]}, "queue must be one of"),
+        ({"ids": [1]}, "queue must be one of"),
+        ({"queue": "messages"}, "ids must be"),
+        ({"queue": "messages", "ids": "1"}, "ids must be"),
+        ({"queue": "messages", "ids": [1], "reason": 7}, "reason must be"),
+        ([1, 2], "the body must be a JSON object"),
+        ("[" * 5000, "the body must be JSON"),
+    ],
+)
+async def test_a_bad_requeue_body_is_a_400_naming_the_field(
+    console: str, body: object, named: str
+) -> None:
+    content = body if isinstance(body, str) else json.dumps(body)
+    async with httpx.AsyncClient(
+        headers={"x-operator": "ann", "content-type": "application/json"}
+    ) as client:
+        got = await client.post(f"{console}/api/requeue", content=content)
+    assert got.status_code == 400, got.text
+    assert named in got.json()["error"]

@@ -93,16 +93,25 @@ async def served(app: Any) -> AsyncIterator[str]:
 class SseClient:
     """One EventSource-like client: what it saw, in order, on a queue."""
 
-    def __init__(self, client: httpx.AsyncClient, url: str, who: str) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, url: str, who: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.seen: asyncio.Queue[str] = asyncio.Queue()
         self.status: int | None = None
+        #: The response's headers, and its body when it was refused (not a 200).
+        self.headers = httpx.Headers()
+        self.body = ""
         self.opened = asyncio.Event()
-        self._task = asyncio.create_task(self._read(client, url, who))
+        sent = {**as_header(who), **(headers or {})}
+        self._task = asyncio.create_task(self._read(client, url, sent))
 
-    async def _read(self, client: httpx.AsyncClient, url: str, who: str) -> None:
+    async def _read(self, client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> None:
         try:
-            async with client.stream("GET", url, headers=as_header(who)) as response:
+            async with client.stream("GET", url, headers=headers) as response:
                 self.status = response.status_code
+                self.headers = response.headers
+                if response.status_code != 200:
+                    self.body = (await response.aread()).decode()
                 self.opened.set()
                 event, data = None, ""
                 async for line in response.aiter_lines():

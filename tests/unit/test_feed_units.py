@@ -38,6 +38,10 @@ NOWHERE = "postgresql://nowhere.invalid/feed"
         ({"page_size": 0}, "page_size must be a whole number of at least 1"),
         ({"max_page_size": 2.5}, "max_page_size must be a whole number of at least 1"),
         ({"page_size": 30, "max_page_size": 20}, "page_size (30) must not exceed max_page_size"),
+        ({"max_streams_per_principal": 0}, "max_streams_per_principal must be a whole number"),
+        ({"max_streams": 1.5}, "max_streams must be a whole number of at least 1"),
+        ({"allowed_origins": ["app.example.com"]}, "allowed_origins must be scheme://host"),
+        ({"allowed_origins": ["null"]}, "allowed_origins must be scheme://host"),
     ],
 )
 def test_a_bad_setting_is_refused_at_construction_naming_it(kwargs, named: str):
@@ -48,6 +52,8 @@ def test_a_bad_setting_is_refused_at_construction_naming_it(kwargs, named: str):
 def test_the_defaults_are_the_adr_s():
     settings = FeedSettings()
     assert (settings.ping_interval, settings.stream_cap) == (25.0, 1200.0)
+    assert (settings.max_streams_per_principal, settings.max_streams) == (10, 1000)
+    assert settings.allowed_origins == ()
 
 
 def test_a_principal_gives_its_scope_and_nothing_else():

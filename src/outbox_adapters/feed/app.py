@@ -9,7 +9,9 @@
         yield
 
 A mounted app's own lifespan is not run by Starlette, so the host opens and closes the feed in
-its lifespan. Closing ends every open stream (their clients reconnect to another replica, or to
+its lifespan. :attr:`Feed.app` refuses cross-site POSTs and forbids framing and sniffing
+(:class:`~outbox_adapters.browser.BrowserGuard`); ``FeedSettings.allowed_origins`` names other
+origins to accept. Closing ends every open stream (their clients reconnect to another replica, or to
 this one once it is back) and then the LISTEN connection.
 """
 
@@ -22,9 +24,11 @@ from typing import Any, Self
 from psycopg_pool import AsyncConnectionPool
 from starlette.routing import Router
 
+from outbox_adapters.browser import BrowserGuard
 from outbox_adapters.feed.principal import Authenticate
-from outbox_adapters.feed.routes import routes
+from outbox_adapters.feed.routes import STREAM, routes
 from outbox_adapters.feed.settings import FeedSettings
+from outbox_adapters.feed.slots import StreamSlots
 from outbox_adapters.postgres.channels.feed import FeedStore
 from outbox_adapters.postgres.channels.push import ScopeListener
 from outbox_adapters.postgres.pools import open_pool
@@ -66,10 +70,17 @@ class Feed:
         self.closing = False
         #: Streams open right now.
         self.open_streams = 0
+        #: The streams' slots: at most ``max_streams_per_principal`` each, ``max_streams`` in all.
+        self.slots = StreamSlots(self.settings.max_streams_per_principal, self.settings.max_streams)
         #: The ASGI app to mount. A bare Router, not a Starlette app: the host's app already wraps
         #: every request in its error and exception middleware, and a second stack would cost each
-        #: stream's every event three more wrapped sends (ADR 0022: the push latency).
-        self.app = Router(routes=routes(self))
+        #: stream's every event three more wrapped sends (ADR 0022: the push latency). The guard
+        #: in front passes the stream the server's own ``send``.
+        self.app = BrowserGuard(
+            Router(routes=routes(self)),
+            allowed_origins=self.settings.allowed_origins,
+            direct=(STREAM,),
+        )
 
     @property
     def store(self) -> FeedStore:

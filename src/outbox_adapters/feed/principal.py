@@ -3,7 +3,10 @@
 The feed never authenticates anyone itself. The host passes an :data:`Authenticate` callable that
 reads ITS session, token or header and answers a :class:`Principal` (or ``None``: 401). The scope of
 every query and every stream comes from that principal and from nothing else: no query parameter,
-path segment or header is ever consulted for scoping (ADR 0022).
+path segment or header is ever consulted for scoping (ADR 0022). A principal may name its
+``subject`` (the user's id in the host): it plays no part in scoping, only in counting the streams
+each principal holds (``FeedSettings.max_streams_per_principal``); without one, every user of the
+scope counts as the same principal.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class Principal:
 
     kind: Literal["platform_operator", "tenant_user"]
     tenant_id: str | None = None
+    #: Who within the scope (the host's user id): counted for the stream cap, never for scoping.
+    subject: str | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if self.kind == "platform_operator":
@@ -37,14 +42,22 @@ class Principal:
             raise ValueError(
                 f"a principal is a platform_operator or a tenant_user, got {self.kind!r}"
             )
+        if self.subject is not None and not isinstance(self.subject, str):
+            raise ValueError("a principal's subject is a string (the host's user id) or None")
 
     @classmethod
-    def platform_operator(cls) -> Principal:
-        return cls("platform_operator")
+    def platform_operator(cls, *, subject: str | None = None) -> Principal:
+        return cls("platform_operator", subject=subject)
 
     @classmethod
-    def tenant_user(cls, tenant_id: str) -> Principal:
-        return cls("tenant_user", tenant_id)
+    def tenant_user(cls, tenant_id: str, *, subject: str | None = None) -> Principal:
+        return cls("tenant_user", tenant_id, subject=subject)
+
+    @property
+    def key(self) -> str:
+        """Who holds a stream, for the per-principal cap: the scope, and the subject if named."""
+        scope = self.scope.key
+        return scope if self.subject is None else f"{scope}\x00{self.subject}"
 
     @property
     def scope(self) -> Scope:

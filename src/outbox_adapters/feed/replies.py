@@ -14,12 +14,13 @@ from typing import Protocol
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 
-from outbox_adapters.feed.principal import Authenticate
+from outbox_adapters.feed.principal import Authenticate, Principal
 from outbox_adapters.feed.settings import FeedSettings
+from outbox_adapters.feed.slots import StreamSlots
 from outbox_adapters.postgres.channels.feed import FeedStore, Scope
 from outbox_adapters.postgres.channels.push import ScopeListener
 
-__all__ = ["ServedFeed", "error", "principal_scope"]
+__all__ = ["ServedFeed", "error", "principal", "principal_scope"]
 
 
 class ServedFeed(Protocol):
@@ -37,6 +38,8 @@ class ServedFeed(Protocol):
     closing: bool
     #: Streams open right now.
     open_streams: int
+    #: The streams' slots, per principal and in all (the caps of ``settings``).
+    slots: StreamSlots
 
     @property
     def store(self) -> FeedStore:
@@ -49,11 +52,16 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-async def principal_scope(authenticate: Authenticate, connection: HTTPConnection) -> Scope | None:
-    """The scope of the principal the host authenticated; ``None`` when there is none (401).
+async def principal(authenticate: Authenticate, connection: HTTPConnection) -> Principal | None:
+    """The principal the host authenticated; ``None`` when there is none (401).
 
     Only the host's answer counts: nothing of the request is read here.
     """
     answer = authenticate(connection)
-    principal = await answer if inspect.isawaitable(answer) else answer
-    return None if principal is None else principal.scope
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+async def principal_scope(authenticate: Authenticate, connection: HTTPConnection) -> Scope | None:
+    """The scope of the principal the host authenticated; ``None`` when there is none (401)."""
+    found = await principal(authenticate, connection)
+    return None if found is None else found.scope

@@ -13,11 +13,15 @@
 Every handler starts from the principal the host's :data:`~.principal.Authenticate` returns (none:
 401) and works in that principal's scope. A ``?tenant_id=`` or any other parameter is never read
 for scoping, and a row of another scope is indistinguishable from a row that does not exist (404).
-Bad input is a 400 whose ``error`` names the parameter and what it must be.
+Bad input is a 400 whose ``error`` names the parameter and what it must be. The POSTs read no
+body: one may be empty or a JSON object (``{}``), anything else is a 400; a cross-site POST never
+gets here (403 from the :class:`~outbox_adapters.browser.BrowserGuard` in front), nor a body of
+another type than JSON (415).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -31,7 +35,12 @@ from outbox_adapters.feed.stream import StreamEndpoint
 from outbox_adapters.postgres.channels.feed import Cursor, Scope
 from outbox_core.errors import StoreUnavailable
 
-__all__ = ["routes"]
+__all__ = ["STREAM", "routes"]
+
+#: The stream's path (served without the guard's wrapped ``send``).
+STREAM: Final = "/stream"
+#: The most of a POST's body read (the POSTs read no field).
+_MAX_BODY: Final = 1024
 
 _WHOLE: Final = re.compile(r"\d{1,9}")
 #: How much of a bad value an error message quotes back.
@@ -64,12 +73,32 @@ def _scoped(feed: ServedFeed, handler: Handler) -> Callable[[Request], Awaitable
         scope = await principal_scope(feed.authenticate, request)
         if scope is None:
             return error(401, "not authenticated")
+        if request.method == "POST" and (bad := await _bad_body(request)) is not None:
+            return error(400, bad)
         try:
             return await handler(feed, request, scope)
         except StoreUnavailable:
             return error(503, "the feed's database is unavailable; try again shortly")
 
     return endpoint
+
+
+async def _bad_body(request: Request) -> str | None:
+    """Why a POST's body is refused (it must be empty or a JSON object), or ``None``."""
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > _MAX_BODY:
+            return f"the body must be empty or a JSON object of at most {_MAX_BODY} bytes"
+    if not raw.strip():
+        return None
+    try:
+        found = json.loads(raw)
+    except (ValueError, RecursionError):
+        found = None
+    if isinstance(found, dict):
+        return None
+    return "the body must be empty or a JSON object ({}): this endpoint reads no field"
 
 
 async def _page(feed: ServedFeed, request: Request, scope: Scope) -> Response:
@@ -116,5 +145,5 @@ def routes(feed: ServedFeed) -> list[Route]:
             "/notifications/{notification_id:int}/read", _scoped(feed, _mark_one), methods=["POST"]
         ),
         Route("/notifications/read-all", _scoped(feed, _mark_all), methods=["POST"]),
-        Route("/stream", StreamEndpoint(feed), methods=["GET"]),
+        Route(STREAM, StreamEndpoint(feed), methods=["GET"]),
     ]

@@ -19,6 +19,11 @@ per-event cost is what the push latency is made of: ADR 0022, bench/feed.py):
 - a write that has not finished ``send_timeout`` seconds after the cap (a client that stopped
   reading, its socket buffer full) is cancelled: nothing outlives cap + ``send_timeout``;
 - closing the feed ends every stream.
+
+A new stream past a cap (``FeedSettings.max_streams_per_principal``: 429; ``max_streams``: 503) is
+refused with a ``Retry-After`` (:mod:`.slots`). The stream is served without the
+:class:`~outbox_adapters.browser.BrowserGuard`'s wrapped ``send``: it sends the security headers
+itself, on its refusals too.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from typing import Final
 from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 
-from outbox_adapters.feed.replies import ServedFeed, error, principal_scope
+from outbox_adapters.browser import SECURITY_HEADERS
+from outbox_adapters.feed.replies import ServedFeed, error, principal
+from outbox_adapters.feed.slots import RETRY_AFTER
 from outbox_adapters.wakeup import LaneWakeup
 
 __all__ = ["PING", "REFRESH", "StreamEndpoint", "StreamSignal"]
@@ -45,7 +52,13 @@ _HEADERS: Final = [
     (b"cache-control", b"no-store"),
     # nginx and its kin buffer responses unless told not to: an event must leave at once.
     (b"x-accel-buffering", b"no"),
+    *SECURITY_HEADERS,
 ]
+#: What a refused stream is told, by the cap that refused it.
+_REFUSED: Final = {
+    "principal": (429, "too many open streams for this principal; close one or retry later"),
+    "process": (503, "this server holds all the streams it may; retry later"),
+}
 
 
 class StreamSignal(LaneWakeup):
@@ -79,22 +92,42 @@ class StreamEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         feed = self._feed
-        found = await principal_scope(feed.authenticate, HTTPConnection(scope, receive))
+        found = await principal(feed.authenticate, HTTPConnection(scope, receive))
         if found is None:
-            await error(401, "not authenticated")(scope, receive, send)
+            await _refuse(401, "not authenticated", scope, receive, send)
             return
         if feed.closing:
-            await error(503, "the feed is closing")(scope, receive, send)
+            await _refuse(503, "the feed is closing", scope, receive, send)
             return
-        await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         if scope["method"] == "HEAD":  # headers only: a HEAD must not hold a stream open
+            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
             await send({"type": "http.response.body", "body": b""})
             return
-        signal = StreamSignal(found.key)
-        feed.listener.add(signal)
-        settings = feed.settings
-        cap = settings.stream_cap * (1.0 - settings.stream_cap_spread * feed.jitter())
-        await _stream(feed, signal, send, receive, cap)
+        key = found.key
+        refused = feed.slots.take(key)  # no await between the check and the taking
+        if refused is not None:
+            status, message = _REFUSED[refused]
+            await _refuse(status, message, scope, receive, send, retry=True)
+            return
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+            signal = StreamSignal(found.scope.key)
+            feed.listener.add(signal)
+            settings = feed.settings
+            cap = settings.stream_cap * (1.0 - settings.stream_cap_spread * feed.jitter())
+            await _stream(feed, signal, send, receive, cap)
+        finally:
+            feed.slots.give_back(key)
+
+
+async def _refuse(  # noqa: PLR0913 - the ASGI triple and the reply
+    status: int, message: str, scope: Scope, receive: Receive, send: Send, *, retry: bool = False
+) -> None:
+    reply = error(status, message)
+    reply.raw_headers.extend(SECURITY_HEADERS)
+    if retry:
+        reply.headers["retry-after"] = str(RETRY_AFTER)
+    await reply(scope, receive, send)
 
 
 async def _stream(

@@ -7,7 +7,8 @@ marked dispatched. Nothing is counted twice and nothing is decided: the instrume
 
 Every measurement carries the attribute ``outbox.lane`` (the Prometheus label ``outbox_lane``);
 the budget counter adds ``outbox.budget`` (``row``: a send cut off by its per-row budget;
-``batch``: a batch cut off by its timeout).
+``batch``: a batch cut off by its timeout). The feed's refused SSE streams (:func:`stream_refused`)
+carry ``outbox.feed.limit`` instead: ``principal`` or ``process``, the cap that refused it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from outbox_adapters.telemetry import providers
 if TYPE_CHECKING:
     from outbox_core.ports import Clock
 
-__all__ = ["LANE", "Counts", "LaneMetrics"]
+__all__ = ["FEED_LIMIT", "LANE", "Counts", "LaneMetrics", "stream_refused"]
 
 #: The attribute that names the lane on every measurement.
 LANE: Final = "outbox.lane"
+#: The attribute that names the cap a refused feed stream hit (``principal`` or ``process``).
+FEED_LIMIT: Final = "outbox.feed.limit"
 
 #: The report's counters and the instrument each one adds to.
 _COUNTERS: Final = (
@@ -98,3 +101,10 @@ class LaneMetrics:
         found = providers.instruments()
         if found is not None:
             found.budget_overruns.add(1, self._row_budget)
+
+
+def stream_refused(limit: str) -> None:
+    """The feed refused a new SSE stream at its ``limit`` (``principal`` or ``process``)."""
+    found = providers.instruments()
+    if found is not None:
+        found.feed_streams_refused.add(1, {FEED_LIMIT: limit})

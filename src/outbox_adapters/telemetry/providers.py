@@ -84,6 +84,7 @@ class Instruments:
     handler_errors: Counter
     leadership_lost: Counter
     budget_overruns: Counter
+    feed_streams_refused: Counter
     claim_duration: Histogram
     end_to_end: Histogram
 
@@ -115,6 +116,12 @@ def _instruments(provider: MeterProvider | None) -> Instruments:
             unit="{overrun}",
             description="Row sends cut off by their budget (budget=row) and batches cut off by"
             " their timeout (budget=batch).",
+        ),
+        feed_streams_refused=meter.create_counter(
+            "outbox.feed.streams_refused",
+            unit="{stream}",
+            description="New feed SSE streams refused at a cap: one principal's"
+            " (limit=principal, 429) or the process's (limit=process, 503).",
         ),
         claim_duration=meter.create_histogram(
             "outbox.claim.duration", unit="s", description="How long one claim statement took."
