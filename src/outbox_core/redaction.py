@@ -29,7 +29,12 @@ key(s), with any prefix: ``sslpassword``, ``sasl_password``, ``client_secret``,
 Settings and mappings (:func:`redact_setting`, :func:`redact_value`): a value named like a secret
 is masked whole (the ``--encryption-keys`` list among them); a payload's (:func:`is_payload_name`:
 ``--field``, ``--data``, a message's text) keeps only the keys of its ``KEY=VALUE`` items; any other
-value goes through :func:`redact_text`, lists and mappings item by item. Payload keys at rest are another matter: :mod:`outbox_core.scrub`.
+value goes through :func:`redact_text`, lists and mappings item by item. Payload keys at rest are
+another matter: :mod:`outbox_core.scrub`.
+
+The rules err towards masking: a URL's password runs to the authority's last ``@`` (libpq stops at
+the first, Python's parsers at the last), and an unquoted pair's value to the next blank, as libpq
+reads it, so ``password=x&user=y`` outside a query string is shown as ``password=***``.
 """
 
 from __future__ import annotations
