@@ -20,6 +20,7 @@ Every chaos test module sets ``pytestmark = [pytest.mark.chaos, pytest.mark.inte
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import secrets
@@ -35,6 +36,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from tests.faults.pg import ThrowawayPostgres
 from tests.faults.worker_proc import MUTANT_ENV, WorkerOptions, WorkerProcess
+from tests.support.message_ids import rows_in_database
 
 from outbox_adapters.demo.sink import ReceivedMail, SinkHandler, SmtpSink
 from outbox_adapters.lanes.email import email_message
@@ -42,11 +44,10 @@ from outbox_adapters.postgres import enqueue, schema
 
 #: The statuses a row does not leave by itself.
 TERMINAL = frozenset({"dispatched", "skipped", "failed"})
-# The e-mail handler's Message-ID: <outbox.{lane}.{row id}.{created}@{domain}>, the same on every
-# attempt at a row, so copies of one row at the server share it.
-_MESSAGE_ID = re.compile(
-    rb"^Message-ID:\s*<outbox\.([^.\s]+)\.(\d+)\.\d+@", re.MULTILINE | re.IGNORECASE
-)
+# The e-mail handler's Message-ID: opaque, the same on every attempt at a row, so copies of one row
+# at the server share it; its row is found by the Message-IDs of the lane's rows
+# (tests/support/message_ids.py).
+_MESSAGE_ID = re.compile(rb"^Message-ID:\s*<([^@>\s]+)@", re.MULTILINE | re.IGNORECASE)
 
 
 # --- mode and reporting ------------------------------------------------------------------------
@@ -91,7 +92,7 @@ def pg() -> Iterator[ThrowawayPostgres]:
 @pytest.fixture
 def new_lane() -> Callable[[str], str]:
     """``new_lane("f1")`` → ``f1_3fa9c2``: a lane of its own for one scenario, so scenarios and
-    tests never see each other's rows (no dots: the lane is part of the Message-ID)."""
+    tests never see each other's rows."""
     return lambda prefix: f"{prefix}_{secrets.token_hex(3)}"
 
 
@@ -197,9 +198,13 @@ class _DelayingHandler(SinkHandler):
 class ChaosSink:
     """A running :class:`~outbox_adapters.demo.sink.SmtpSink` (STARTTLS) that counts copies."""
 
-    def __init__(self, sink: SmtpSink, handler: _DelayingHandler) -> None:
+    def __init__(self, sink: SmtpSink, handler: _DelayingHandler, dsn: str) -> None:
         self.sink = sink
         self.handler = handler
+        #: The database whose rows the mails are of (a test on a server of its own sets its own).
+        self.dsn = dsn
+        #: Message-ID token → (lane, row id), filled from the database as new tokens arrive.
+        self._rows: dict[str, tuple[str, int]] = {}
 
     @property
     def port(self) -> int:
@@ -217,12 +222,20 @@ class ChaosSink:
         self.handler.delay = seconds
 
     def copies(self, lane: str) -> Counter[int]:
-        """How many copies of each row of ``lane`` the server accepted (row id → count)."""
+        """How many copies of each row of ``lane`` the server accepted (row id → count). A mail
+        whose row can't be looked up yet (the database is down) is not counted this time."""
+        tokens = [
+            found.group(1).decode() for m in self.received if (found := _MESSAGE_ID.search(m.data))
+        ]
+        if any(token not in self._rows for token in tokens):
+            with contextlib.suppress(psycopg.OperationalError):
+                found_rows = rows_in_database(self.dsn, lane)
+                self._rows.update((token, (lane, row)) for token, row in found_rows.items())
         counts: Counter[int] = Counter()
-        for mail in self.received:
-            found = _MESSAGE_ID.search(mail.data)
-            if found and found.group(1).decode() == lane:
-                counts[int(found.group(2))] += 1
+        for token in tokens:
+            of = self._rows.get(token)
+            if of is not None and of[0] == lane:
+                counts[of[1]] += 1
         return counts
 
     def plaintext_commands(self) -> int:
@@ -239,12 +252,12 @@ class ChaosSink:
 
 
 @pytest.fixture
-def chaos_sink() -> Iterator[ChaosSink]:
+def chaos_sink(chaos_dsn: str) -> Iterator[ChaosSink]:
     sink = SmtpSink(tls="starttls")
     handler = _DelayingHandler()
     sink.handler = handler  # before start(): the server is built around it
     with sink:
-        yield ChaosSink(sink, handler)
+        yield ChaosSink(sink, handler, chaos_dsn)
 
 
 # --- worker subprocesses ---------------------------------------------------------------------------

@@ -231,6 +231,7 @@ async def test_f3_postgres_outages_mid_drain(  # noqa: PLR0915, PLR0917 - one st
     lane = new_lane("f3")
     # The conftest's table helper, pointed at this module's own server (via its unix socket).
     db = type(chaos_db)(pg.admin_dsn)
+    chaos_sink.dsn = pg.admin_dsn  # the mails' rows are on this module's server
     ids = db.enqueue(lane, n_rows)
     chaos_sink.set_delay(0.01)  # pace the drain so every outage lands mid-drain
 

@@ -49,6 +49,7 @@ import pytest
 from tests.faults.pg import ThrowawayPostgres
 from tests.faults.proxy import Direction, FaultProxy
 from tests.faults.smtp_servers import TimedSinkHandler, timed_sink
+from tests.support.message_ids import rows_in_database, token_of
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.demo.sink import SmtpSink
@@ -162,20 +163,18 @@ class Recorder:
         return handle
 
 
-def _row_of(message_id: str) -> int:
-    # <outbox.{lane}.{row id}.{created}@domain>
-    return int(message_id.strip("<>").split(".")[2])
-
-
-def sends_after_lease(handler: TimedSinkHandler, claims: list[Claim]) -> list[str]:
-    """Arrivals at a worker's sink later than the lease of the claim they were sent under.
+def sends_after_lease(
+    handler: TimedSinkHandler, claims: list[Claim], rows: dict[str, int]
+) -> list[str]:
+    """Arrivals at a worker's sink later than the lease of the claim they were sent under
+    (``rows``: the lane's rows by Message-ID token, tests/support/message_ids.py).
 
     That claim is the worker's latest claim of the row that began (in the database: lease end
     minus the lease) before the message arrived; no such claim counts as late too.
     """
     late = []
     for arrival in handler.arrived():
-        row = _row_of(arrival.message_id)
+        row = rows[token_of(arrival.message_id)]
         begun = [c.lease_end for c in claims if c.row == row and c.lease_end - LEASE <= arrival.at]
         if not begun or arrival.at > max(begun):
             late.append(f"row {row} arrived {arrival.at:.3f}, under a lease ending {begun}")
@@ -339,7 +338,9 @@ async def claim_reply_lost(pg: ThrowawayPostgres, figures: Figures) -> None:
             what="every row dispatched after the partition healed",
         )
         await _stop((a, task_a), (b, task_b))
-        figures.late += sends_after_lease(s.seen_a, rec_a.claims)
+        figures.late += sends_after_lease(
+            s.seen_a, rec_a.claims, rows_in_database(s.pg.admin_dsn, s.lane)
+        )
         figures.overlapping += overlaps(rec_a.spans, rec_b.spans)
         figures.notes.append(
             f"claim_reply_lost: A claimed {len(rec_a.claims)} sent {len(s.seen_a.arrived())},"
@@ -374,7 +375,9 @@ async def mid_batch(pg: ThrowawayPostgres, figures: Figures) -> None:
         mark_held = rec_a.mark_seconds[0]
         s.proxy.pass_through()
         await _stop((a, task_a), (b, task_b))
-        figures.late += sends_after_lease(s.seen_a, rec_a.claims)
+        figures.late += sends_after_lease(
+            s.seen_a, rec_a.claims, rows_in_database(s.pg.admin_dsn, s.lane)
+        )
         figures.overlapping += overlaps(rec_a.spans, rec_b.spans)
         figures.notes.append(
             f"mid_batch: A sent {a_sent_while_partitioned} before/while partitioned,"

@@ -36,6 +36,7 @@ from email.parser import BytesParser
 from typing import Any
 
 import pytest
+from tests.support.message_ids import rows_in_database, token_of
 from tests.support.postgres import enqueue_all, insert_raw, stored_rows
 from tests.support.smtp import SENDER, mailer_for
 
@@ -199,13 +200,14 @@ class Pipeline:
             return await asyncio.wait_for(worker.run(drain=True), timeout=120)
 
     def received_by_row(self) -> dict[int, list[ReceivedMail]]:
-        """What the sink got, by row id (read from the Message-ID the handler derives from it)."""
-        pattern = re.compile(rf"<outbox\.{re.escape(self.lane)}\.(\d+)\.")
+        """What the sink got, by row id (the row whose Message-ID the mail carries,
+        tests/support/message_ids.py)."""
+        rows = rows_in_database(self.dsn, self.lane)
         by_row: dict[int, list[ReceivedMail]] = {}
         for mail in self.sink.received:
-            match = pattern.match(str(WireCheck.reparse(mail.data)["Message-ID"]))
-            if match:
-                by_row.setdefault(int(match.group(1)), []).append(mail)
+            row = rows.get(token_of(str(WireCheck.reparse(mail.data)["Message-ID"])))
+            if row is not None:
+                by_row.setdefault(row, []).append(mail)
         return by_row
 
 

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from tests.simulation.plan import Kind
+from tests.support.message_ids import rows_by_token, token_of
 
 from outbox_adapters.memory import MemoryLeaderLease, MemoryStore, RecordingMailer
 from outbox_adapters.memory.rows import Row
@@ -228,12 +229,14 @@ class FaultyMailer(_Port):
         if not self.node.alive:
             raise asyncio.CancelledError
         await self.peer.send(mail, budget=budget)
-        self.world.delivered(self.node, row_of(mail), ambiguous=ambiguous)
+        self.world.delivered(self.node, row_of(self.world.store, mail), ambiguous=ambiguous)
 
 
-def row_of(mail: OutgoingMail) -> int:
-    """The row a message was sent for: its Message-ID is ``<outbox.LANE.ID.CREATED@domain>``."""
-    return int(mail.message_id.split(".")[2])
+def row_of(store: SimStore, mail: OutgoingMail) -> int:
+    """The row of ``store`` a message was sent for: the one whose Message-ID it carries (the
+    handler's opaque one, lanes.email.row_message_id, compared without its domain)."""
+    rows = rows_by_token((row.lane, int(row.id), row.created_at) for row in store.all_rows())
+    return rows[token_of(mail.message_id)]
 
 
 def _short(token: ClaimToken | None) -> str:

@@ -114,6 +114,9 @@ class LaneContext:
     wakeup: Wakeup | None = None
     broker: Broker | None = None
     drain: bool = False
+    #: Which database this is (:mod:`outbox_adapters.postgres.identity`): the scope of the e-mail
+    #: lane's Message-IDs ("" when unknown).
+    database_scope: str = ""
 
 
 @runtime_checkable

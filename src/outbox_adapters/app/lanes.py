@@ -173,6 +173,7 @@ class EmailLane:
             branding=self.branding,
             bounce_report=self.bounce_report,
             encryptor=context.app.encryptor,
+            message_id_scope=context.database_scope,
         )
 
     @contextlib.asynccontextmanager

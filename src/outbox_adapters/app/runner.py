@@ -14,6 +14,7 @@ from typing import Any
 from outbox_adapters.app.context import AppSettings, Lane, LaneContext, Runnable
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.postgres import PostgresHeartbeat, PostgresLeaderLease, WakeupListener
+from outbox_adapters.postgres.identity import database_scope
 from outbox_adapters.postgres.pools import connection_pool
 from outbox_core.errors import ConfigurationError
 
@@ -73,6 +74,7 @@ async def run_lane(  # noqa: PLR0913 - keyword-only knobs, each with a default
             wakeup=wakeup,
             broker=broker,
             drain=drain,
+            database_scope=await database_scope(pool),
         )
         runnable = await stack.enter_async_context(lane.workers(context))
         if started is not None:

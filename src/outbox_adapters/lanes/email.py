@@ -17,8 +17,10 @@ and the key id.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -61,10 +63,37 @@ from outbox_core.recipients import delivered_before, settle, still_to_send, supp
 from outbox_core.sealing import SealingRules, open_sealed
 from outbox_core.timing import DEFAULT_EMAIL_TIMING, EmailStepBudgets
 
-__all__ = ["EMAIL_LANE", "Branding", "EmailHandler", "email_lane", "email_message"]
+__all__ = [
+    "EMAIL_LANE",
+    "Branding",
+    "EmailHandler",
+    "email_lane",
+    "email_message",
+    "row_message_id",
+]
 
 #: The lane e-mail rows are written to unless the host picks another.
 EMAIL_LANE = "email"
+
+
+def row_message_id(
+    lane: str, row_id: object, created_at: datetime, *, domain: str, scope: str = ""
+) -> str:
+    """The Message-ID of the e-mail of row ``row_id`` of ``lane``, enqueued at ``created_at``:
+    ``<token@domain>``, the token 32 base32 characters of the SHA-256 of ``scope``, the lane, the
+    row id and the enqueue time (to the microsecond).
+
+    Opaque (the row id cannot be read from it) and the same on every attempt at the row (all its
+    inputs are fixed at enqueue), so a receiver can tell copies of one row from other mail. Two
+    databases whose rows share ids and a sender domain (staging and production, a restored dump)
+    give different ids: ``scope`` names the database (``outbox worker`` passes the PostgreSQL
+    cluster's system identifier and the database's oid, so a dump restored into another cluster or
+    database has another scope), and rows of one id enqueued at different instants differ anyway.
+    """
+    created = created_at.astimezone(UTC).isoformat(timespec="microseconds")
+    identity = "\x1f".join((scope, lane, str(row_id), created)).encode()
+    digest = hashlib.sha256(b"leased-outbox message-id\x00" + identity).digest()[:20]
+    return f"<{base64.b32encode(digest).decode('ascii').lower()}@{domain}>"
 
 
 def email_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's own keywords
@@ -201,6 +230,7 @@ class EmailHandler:
         clock: Clock,
         sender_name: str | None = None,
         message_id_domain: str | None = None,
+        message_id_scope: str = "",
         suppressed: SuppressionCheck | None = None,
         branding: BrandingLookup | None = None,
         bounce_report: BounceReport | None = None,
@@ -219,6 +249,8 @@ class EmailHandler:
         self.sender_name = sender_name
         self.clock = clock
         self.domain = message_id_domain or sender.rpartition("@")[2]
+        #: What tells this database's rows from another's with the same ids (row_message_id).
+        self.message_id_scope = message_id_scope
         self.suppressed = suppressed
         self.branding = branding
         self.bounce_report = bounce_report
@@ -229,8 +261,11 @@ class EmailHandler:
         self._bounce = self.steps.bounce_report.total_seconds()
 
     def message_id(self, row: ClaimedRow) -> str:
-        """Stable per row, so every attempt (and any duplicate) carries the same Message-ID."""
-        return f"<outbox.{row.lane}.{row.id}.{int(row.created_at.timestamp())}@{self.domain}>"
+        """Stable per row, so every attempt (and any duplicate) carries the same Message-ID;
+        opaque and unique per database (:func:`row_message_id`)."""
+        return row_message_id(
+            row.lane, row.id, row.created_at, domain=self.domain, scope=self.message_id_scope
+        )
 
     async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
         loop = asyncio.get_running_loop()
