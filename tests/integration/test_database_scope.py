@@ -7,7 +7,7 @@ import email
 import re
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 from tests.support.cli import outbox
 from tests.support.postgres import query
 
@@ -29,7 +29,7 @@ async def test_the_scope_is_the_cluster_s_identifier_and_the_database_s_oid(dsn:
     assert re.fullmatch(r"\d+/\d+", scope), scope
     assert await scope_of(dsn) == scope  # every worker of this database computes the same one
     # Another database of the same cluster (a dump restored beside it): another scope.
-    other = make_conninfo(**{**conninfo_to_dict(dsn), "dbname": "postgres"})
+    other = make_conninfo(dsn, dbname="postgres")
     theirs = await scope_of(other)
     assert theirs.split("/")[0] == scope.split("/")[0]
     assert theirs != scope
