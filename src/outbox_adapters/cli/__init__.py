@@ -2,8 +2,9 @@
 
 Every option has an ``OUTBOX_*`` environment twin (shown in ``--help``), so a container can be
 configured by environment alone. Exit codes: 0 done; 1 the work found a problem (schema
-incomplete, a requeue refused, the database unreachable, demo invariants broken, a ``--drain``
-that left due rows unfinished, ``top --once`` with its ``--broker`` unreachable); 2 the command
+incomplete, a requeue refused, the database unreachable, demo invariants broken, a relay
+``--drain`` that left due events unpublished or any ``--drain`` with a mark not recorded,
+``top --once`` with its ``--broker`` unreachable); 2 the command
 line or configuration can't work, said in one line that names the setting. Secrets are never
 printed: no database URL, no SMTP password (``SmtpSettings.describe()``), no payload values; every
 error line, ``outbox config show`` and both log formats go through the library's one redaction
