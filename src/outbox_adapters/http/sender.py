@@ -262,6 +262,9 @@ class HttpxWebhookSender:
         self._user_agent = user_agent
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # One client is built per loop at a time: concurrent first sends wait for it rather
+        # than each building (and leaking) a client of their own.
+        self._building: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         #: The transport of the current client (tests look at its backend's connection count).
         self.transport: PinnedTransport | None = None
 
@@ -276,19 +279,26 @@ class HttpxWebhookSender:
         pinning self-check (:meth:`PinnedTransport.verify`; :class:`PinningLost` otherwise)."""
         if self._client is not None and self._loop is loop:
             return self._client
-        # A client of another (finished) loop: its connections belong to that loop. Drop it.
-        self._origins = {}
-        transport = PinnedTransport(self.guard, ssl_context=self._ssl_context, limits=self._limits)
-        await transport.verify()
-        self.transport = transport
-        self._client = httpx.AsyncClient(
-            transport=self.transport,
-            trust_env=False,
-            follow_redirects=False,
-            headers={"user-agent": self._user_agent, "accept-encoding": "identity"},
-        )
-        self._loop = loop
-        return self._client
+        if self._building is None or self._building[0] is not loop:
+            self._building = (loop, asyncio.Lock())
+        async with self._building[1]:
+            if self._client is not None and self._loop is loop:
+                return self._client  # built by a send that got here first
+            # A client of another (finished) loop: its connections belong to that loop. Drop it.
+            self._origins = {}
+            transport = PinnedTransport(
+                self.guard, ssl_context=self._ssl_context, limits=self._limits
+            )
+            await transport.verify()
+            self.transport = transport
+            self._client = httpx.AsyncClient(
+                transport=self.transport,
+                trust_env=False,
+                follow_redirects=False,
+                headers={"user-agent": self._user_agent, "accept-encoding": "identity"},
+            )
+            self._loop = loop
+            return self._client
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
