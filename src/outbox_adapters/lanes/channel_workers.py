@@ -22,7 +22,6 @@ from psycopg_pool import AsyncConnectionPool
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.lanes.consumer import (
     EVENT_DEADLINE,
-    MAX_DELIVERIES,
     Channel,
     ChannelConsumer,
     ConsumerStats,
@@ -65,10 +64,6 @@ class ChannelTiming:
     overrun_delay: timedelta = timedelta(seconds=10)
     publish_budget: timedelta = timedelta(seconds=5)
     drain_idle: timedelta = timedelta(seconds=1)
-    #: Deliveries of one message before it is parked (kind ``redeliveries``) instead of nak'd
-    #: again; the NATS consumer's ``max_deliver`` is set a few past it (Kafka counts deliveries per
-    #: consumer instance, a lower bound: docs/adr/0019-brokers.md).
-    max_deliveries: int = MAX_DELIVERIES
     #: How soon an event whose rows are due or being sent is looked at again.
     recheck: timedelta = RECHECK
     recheck_cap: timedelta = RECHECK_CAP
@@ -91,7 +86,6 @@ class ChannelTiming:
             overrun_delay=self.overrun_delay,
             publish_budget=self.publish_budget,
             drain_idle=self.drain_idle,
-            max_deliveries=self.max_deliveries,
         )
 
 

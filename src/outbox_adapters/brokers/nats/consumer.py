@@ -25,13 +25,10 @@ from outbox_adapters.brokers.errors import BrokerUnavailable, log
 from outbox_adapters.brokers.nats.errors import describe, is_broker_error, operation
 from outbox_core.brokers import EVENT_ID_HEADER
 from outbox_core.errors import ConfigurationError
-from outbox_core.untrusted import bounded_id
 
 __all__ = ["MSG_ID", "JetStreamSource", "NatsConsumer", "NatsMessage"]
 
 MSG_ID = "Nats-Msg-Id"
-#: Deliveries JetStream still makes past the consumer channel's own bound.
-DELIVERY_BACKSTOP = 3
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -74,9 +71,8 @@ class NatsMessage:
         raw = msg.headers or {}
         self.headers: Mapping[str, str] = _public_headers(raw)
         meta = msg.metadata
-        # Bounded: a peer's id may be kilobytes long or hold control characters (ADR 0019).
-        self.message_id: str = bounded_id(
-            raw.get(EVENT_ID_HEADER) or raw.get(MSG_ID) or f"{meta.stream}:{meta.sequence.stream}"
+        self.message_id: str = (
+            raw.get(EVENT_ID_HEADER) or raw.get(MSG_ID) or (f"{meta.stream}:{meta.sequence.stream}")
         )
         self.deliveries: int = meta.num_delivered
         self.subject: str = msg.subject
@@ -115,21 +111,12 @@ class NatsConsumer:
         self.subjects = subjects
         self.batch = batch
         self.fetch_wait = 0.5
-        #: JetStream's ``max_deliver`` for the durable consumers (-1: unlimited), set through
-        #: :meth:`bound_deliveries` by the consumer channel that runs it.
-        self.max_deliver = -1
         self._closed = False
         self._subs: list[Any] = []
 
     def close(self) -> None:
         """End :meth:`messages` at the next fetch that finds nothing waiting."""
         self._closed = True
-
-    def bound_deliveries(self, parked_at: int) -> None:
-        """The consumer parks a message at its ``parked_at``-th delivery; JetStream stops
-        redelivering a few deliveries later (:data:`DELIVERY_BACKSTOP`), should even parking fail
-        every time (a DLQ unavailable for good): redelivery is bounded on the broker too."""
-        self.max_deliver = parked_at + DELIVERY_BACKSTOP
 
     def durable_name(self, subject: str) -> str:
         return durable_name(self.group, subject)
@@ -146,7 +133,7 @@ class NatsConsumer:
                 deliver_policy=api.DeliverPolicy.ALL,
                 filter_subject=subject,
                 ack_wait=self.broker.ack_wait.total_seconds(),
-                max_deliver=self.max_deliver,
+                max_deliver=-1,
                 max_ack_pending=1000,
             )
             async with operation(f"declaring consumer {name} on {stream}"):
@@ -195,10 +182,7 @@ class NatsConsumer:
     async def _fetch(self, sub: Any) -> list[Msg]:  # noqa: ANN401 - nats-py's pull subscription
         try:
             msgs: list[Msg] = await sub.fetch(self.batch, timeout=self.fetch_wait)
-        except TimeoutError:
-            # Nothing waiting. nats-py raises its own TimeoutError, or asyncio's when the server's
-            # "no messages" answer comes in late (a busy event loop: an application running other
-            # work beside its consumers): both mean an empty fetch, not a failure to warn about.
+        except nats.errors.TimeoutError:
             return []
         except Exception as exc:
             if not is_broker_error(exc):
