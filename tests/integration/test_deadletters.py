@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Mount
+from tests.support.browser import chromium
 from tests.support.postgres import query, scratch_database
 
 from examples.signup_service.serve import free_port
@@ -124,21 +124,12 @@ async def test_failed_rows_by_class_and_an_audited_requeue_over_json_only(
     ]
 
 
-def _chromium() -> str:
-    found = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(found).exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail("no chromium: .ci/run installs Debian's package when it is missing")
-        pytest.skip("no chromium (apt-get install -y chromium)")
-    return found
-
-
 async def test_the_page_requeues_a_row_with_its_reason_in_chromium(db: str, console: str) -> None:
     failed = _row(db, "failed", "SMTP failure at connect: timed out")
     _row(db, "failed", "SMTP failure at tls: bad certificate")
     async with async_playwright() as driver:
         browser = await driver.chromium.launch(
-            executable_path=_chromium(), headless=True, args=["--no-sandbox"]
+            executable_path=chromium(), headless=True, args=["--no-sandbox"]
         )
         try:
             context = await browser.new_context(extra_http_headers={"x-operator": "bob"})

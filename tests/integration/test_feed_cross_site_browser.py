@@ -10,16 +10,14 @@ host's own page, fetching the same endpoint, still marks them read.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
+from tests.support.browser import chromium
 from tests.support.feed import insert_notification, served
 
 from outbox_adapters.feed import Feed, Principal
@@ -27,15 +25,6 @@ from outbox_adapters.feed import Feed, Principal
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
 playwright_api = pytest.importorskip("playwright.async_api")
-
-
-def _chromium() -> str:
-    found = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(found).exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail("no chromium: .ci/run installs Debian's package when it is missing")
-        pytest.skip("no chromium (apt-get install -y chromium)")
-    return found
 
 
 def cookie_principal(connection: HTTPConnection) -> Principal | None:
@@ -81,7 +70,7 @@ async def test_a_cross_site_form_post_is_refused_and_the_count_stays(host, dsn: 
     ):
         assert foreign.rsplit(":", 1)[1] != url.rsplit(":", 1)[1]  # another port: another origin
         browser = await driver.chromium.launch(
-            executable_path=_chromium(), headless=True, args=["--no-sandbox"]
+            executable_path=chromium(), headless=True, args=["--no-sandbox"]
         )
         try:
             context = await browser.new_context()

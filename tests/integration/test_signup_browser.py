@@ -13,12 +13,12 @@ docs/guides/index.md shows); otherwise they go to the test's temporary directory
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from tests.support.browser import chromium
 from tests.support.signup import (
     OPERATOR_PASSWORD,
     Running,
@@ -37,15 +37,6 @@ pytestmark = pytest.mark.integration
 
 playwright_api = pytest.importorskip("playwright.async_api")
 TIMEOUT_MS = 15_000
-
-
-def _chromium() -> str:
-    found = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(found).exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail("no chromium: .ci/run installs Debian's package when it is missing")
-        pytest.skip("no chromium (apt-get install -y chromium)")
-    return found
 
 
 @pytest.fixture
@@ -70,7 +61,7 @@ async def running(service_dsn: str, nats_url: str, sink: SmtpSink) -> AsyncItera
 
 @pytest.fixture
 async def browser() -> AsyncIterator[object]:
-    executable = _chromium()
+    executable = chromium()
     async with playwright_api.async_playwright() as driver:
         launched = await driver.chromium.launch(
             executable_path=executable, headless=True, args=["--no-sandbox"]
