@@ -16,6 +16,7 @@ against plain Python conventions still catches them::
     ├── SecretUnavailable                 a stored webhook secret the configured keys can't open
     ├── StaleMark                         a mark whose claim was superseded (the fence said no)
     ├── StoreUnavailable                  the store could not be reached (an outage, not a bug)
+    ├── StoreDataError (ValueError)        the store refused a value it cannot hold (not an outage)
     └── WebhookVerificationError          a webhook whose signature, timestamp or headers don't verify
 
 Messages are sentences that name the offending value and the state it was in.
@@ -35,6 +36,7 @@ __all__ = [
     "SecretUnavailable",
     "StaleDeliveryMark",
     "StaleMark",
+    "StoreDataError",
     "StoreUnavailable",
     "UnsafeHeader",
     "WebhookVerificationError",
@@ -127,6 +129,17 @@ class StoreUnavailable(OutboxError):
     PostgreSQL store maps psycopg's ``OperationalError``, ``InterfaceError`` and pool timeouts), so
     the runtime retries an outage by catching one core type and never matches driver class names.
     Anything else a store raises is a bug or a row the statement can't take: not retried.
+    """
+
+
+class StoreDataError(OutboxError, ValueError):
+    """The store refused a value it cannot hold: too long for an index, a NUL byte in text, a value
+    out of range. A data error, not an outage: retrying gives the same answer, so the caller gives
+    up on the value (a consumer acknowledges the message with a logged reason, and counts it).
+
+    The PostgreSQL adapters raise it for SQLSTATE class 22 (data exception) and 54 (program limit
+    exceeded) and for the driver's own refusal of a NUL byte; the message names the operation and
+    the SQLSTATE, never the value.
     """
 
 

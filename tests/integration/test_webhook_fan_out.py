@@ -79,8 +79,8 @@ async def test_a_failure_between_the_fan_out_statements_leaves_nothing_and_a_re_
     await wh.enqueue()
     (row,) = await wh.claim_outbox()
     with monkeypatch.context() as patch:
-        patch.setattr(webhook_statements, "BORN_DELIVERIES", "SELECT 1 / 0")
-        with pytest.raises(psycopg.errors.DivisionByZero):
+        patch.setattr(webhook_statements, "BORN_DELIVERIES", "SELECT simulated_failure()")
+        with pytest.raises(psycopg.errors.UndefinedFunction):
             await wh.repo.fan_out(row, birth_lease=BIRTH, birth_token=token())
     assert await wh.rows("SELECT count(*) FROM outbox_webhook_event") == [(0,)]
     assert await wh.rows("SELECT count(*) FROM outbox_webhook_delivery") == [(0,)]

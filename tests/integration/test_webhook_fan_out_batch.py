@@ -85,8 +85,8 @@ async def test_a_failure_inside_a_batch_s_transaction_writes_nothing_for_any_row
         await wh.enqueue("invoice.paid", invoice=n)
     rows = await wh.claim_outbox()
     with monkeypatch.context() as patch:
-        patch.setattr(webhook_statements, "BORN_DELIVERIES", "SELECT 1 / 0")
-        with pytest.raises(psycopg.errors.DivisionByZero):
+        patch.setattr(webhook_statements, "BORN_DELIVERIES", "SELECT simulated_failure()")
+        with pytest.raises(psycopg.errors.UndefinedFunction):
             await wh.repo.fan_out_many(rows, birth_lease=BIRTH, birth_token=token())
     assert await wh.rows("SELECT count(*) FROM outbox_webhook_event") == [(0,)]
     assert await wh.rows("SELECT status, count(*) FROM outbox_webhook GROUP BY 1") == [

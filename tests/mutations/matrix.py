@@ -21,6 +21,7 @@ from outbox_adapters.http import guard as http_guard
 from outbox_adapters.http import sender as _http_sender
 from outbox_adapters.lanes import consumer as _consumer
 from outbox_adapters.lanes import email as email_lane
+from outbox_adapters.lanes import email_channel as _email_channel
 from outbox_adapters.lanes import fresh_targets as _fresh_targets
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
@@ -40,6 +41,7 @@ from outbox_adapters.runtime.deadline import Deadlines
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.smtp import mailer as smtp_mailer
+from outbox_core.failures import FailureTally
 from outbox_core.lease import BatchClock, exchange_deadline
 from outbox_core.messages import Mark as _Mark
 from outbox_core.outcomes import Outcome
@@ -574,12 +576,30 @@ MUTANTS += (
 # --- consumer channels (ADR 0021) -----------------------------------------------------------------
 
 EMAIL_CHANNEL = "tests/integration/test_email_channel.py"
+CONSUMER_BOUNDS = "tests/unit/test_consumer_bounds.py"
+BROKER_FUZZ = "tests/chaos/test_p7_broker_fuzz.py"
 
 
 def _ack_always(settlement: Any) -> bool:
     """The mutant of consumer.should_ack: acknowledge whatever the recipients' state."""
     del settlement
     return True
+
+
+def _never_exhausted(self: Any, message_id: str) -> bool:
+    """The mutant of FailureTally.failed: no bound on failed handlings."""
+    del self, message_id
+    return False
+
+
+async def _unguarded_attempt(self: Any, message: Any) -> tuple[Any, str]:
+    """The mutant of ChannelConsumer._attempt: no per-message guard (a step's error escapes)."""
+    return await self._settle(message), ""
+
+
+def _unsealed_email_message(**parts: Any) -> Any:
+    """The mutant of the e-mail channel's ``email_message``: the application's keys dropped."""
+    return email_lane.email_message(**{**parts, "encryptor": None})
 
 
 def _key_without_kind(event_id: str, kind: str) -> str:
@@ -595,6 +615,28 @@ MUTANTS += (
         "ack before the recipients are terminal (should_ack returns True)",
         f"{EMAIL_CHANNEL}::test_the_broker_message_is_acked_only_when_every_recipient_is_terminal",
         (_consumer, "should_ack", _ack_always),
+    ),
+    Mutant(
+        "channel-rows-unsealed",
+        "the e-mail channel seals its rows' secret fields with the application's keys",
+        "the channel writes its e-mail rows without the encryptor",
+        "tests/security/test_channel_rows_sealed.py"
+        "::test_the_e_mail_channel_seals_its_rows_secret_fields",
+        (_email_channel, "email_message", _unsealed_email_message),
+    ),
+    Mutant(
+        "consumer-no-failure-bound",
+        "a message whose handling keeps failing is parked at the bound (max_failures)",
+        "FailureTally.failed never says the bound is reached: the message is retried without end",
+        f"{CONSUMER_BOUNDS}::test_a_failing_step_is_parked_at_the_bound_and_acknowledged",
+        (FailureTally, "failed", _never_exhausted),
+    ),
+    Mutant(
+        "consumer-no-per-message-guard",
+        "no message ends the consumer (the per-message guard)",
+        "drop the guard around one message's handling: a step's error escapes the consumer",
+        f"{BROKER_FUZZ}::test_p7_memory_broker_fuzz",
+        (_consumer.ChannelConsumer, "_attempt", _unguarded_attempt),
     ),
     Mutant(
         "consumer-dedup-key-without-kind",

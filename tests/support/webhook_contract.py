@@ -43,8 +43,8 @@ EventRow = tuple[int, str, str, Any, int | None, int | None, bool]
 
 
 def _failing(*_args: Any, **_kwargs: Any) -> Any:
-    msg = "simulated failure: division by zero"
-    raise ZeroDivisionError(msg)
+    msg = "simulated_failure(): an injected failure"
+    raise RuntimeError(msg)
 
 
 class MemoryWebhooks(WebhookSteps):
@@ -141,10 +141,10 @@ class PostgresWebhooks(Webhooks):
         return [(r[0], r[1]) for r in found]
 
     def interrupted_replay(self, patch: pytest.MonkeyPatch) -> None:
-        patch.setattr(webhook_statements, "BORN_DELIVERIES", "SELECT 1 / 0")
+        patch.setattr(webhook_statements, "BORN_DELIVERIES", "SELECT simulated_failure()")
 
     def failing_disable(self, patch: pytest.MonkeyPatch) -> None:
-        patch.setattr(statements, "DISABLE_ENDPOINTS", "SELECT 1 / 0")
+        patch.setattr(statements, "DISABLE_ENDPOINTS", "SELECT simulated_failure()")
 
 
 @asynccontextmanager

@@ -269,6 +269,8 @@ class EmailChannelLane:
                 handler=mail.handler(context, mailer),
                 heartbeat=context.heartbeat,
                 group=self.group,
+                encryptor=context.app.encryptor,
+                sealing=mail.sealing(),
             )
 
 

@@ -24,6 +24,7 @@ from outbox_core.backoff import Backoff
 from outbox_core.errors import ConfigurationError
 from outbox_core.ports import Mailer
 from outbox_core.scrub import ScrubRules
+from outbox_core.sealing import SealingRules
 from outbox_core.timing import EmailStepBudgets, EmailTiming
 
 if TYPE_CHECKING:
@@ -122,6 +123,11 @@ class EmailLane:
             group_marks=self.group_marks,
             **stated,
         )
+
+    def sealing(self) -> SealingRules:
+        """The fields a producer of this lane's rows seals when the app has keys: the lane's
+        scrub keys, so what is sealed while unsent is removed once sent (ADR 0010)."""
+        return SealingRules() if self.scrub is None else SealingRules(fields=self.scrub.keys)
 
     def check(self, app: AppSettings) -> None:
         if app.smtp is None and self.mailer is None:

@@ -39,6 +39,7 @@ from outbox_adapters.cli.wakeup import listen_option
 from outbox_adapters.lanes.relay import relay_disabled_warning
 from outbox_adapters.postgres.events import RELAY_LANE, publish
 from outbox_core.errors import ConfigurationError, InvalidMessage
+from outbox_core.untrusted import printable
 
 __all__ = ["dlq_group", "publish_command", "relay_command"]
 
@@ -142,9 +143,10 @@ def dlq_list_command(broker: str, topic: str, limit: int, as_json: bool) -> None
     if not letters:
         click.echo(f"no dead letters on {topic}")
     for d in letters:
-        click.echo(
-            f"{d.message_id}  {d.group or '-'}  {d.kind or '-'}  attempts {d.attempts}  {d.reason}"
-        )
+        # Every field came from the broker: escaped, so no escape sequence reaches the terminal
+        # and no CR/LF forges a line (JSON escapes them by itself).
+        group, kind, reason = (printable(v) for v in (d.group or "-", d.kind or "-", d.reason))
+        click.echo(f"{printable(d.message_id)}  {group}  {kind}  attempts {d.attempts}  {reason}")
 
 
 @dlq_group.command("redrive")

@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.lanes.consumer import (
     EVENT_DEADLINE,
+    MAX_FAILURES,
     Channel,
     ChannelConsumer,
     ConsumerStats,
@@ -50,7 +51,8 @@ from outbox_adapters.postgres.channels import (
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.runtime import LaneConfig, Worker, WorkerStats
 from outbox_adapters.wakeup import Wakeup
-from outbox_core.ports import Clock, Consumer, Heartbeat, Mailer, Publisher
+from outbox_core.ports import Clock, Consumer, Encryptor, Heartbeat, Mailer, Publisher
+from outbox_core.sealing import SealingRules
 
 __all__ = ["ChannelTiming", "EmailChannelStats", "EmailChannelWorkers", "inapp_consumer"]
 
@@ -64,6 +66,10 @@ class ChannelTiming:
     overrun_delay: timedelta = timedelta(seconds=10)
     publish_budget: timedelta = timedelta(seconds=5)
     drain_idle: timedelta = timedelta(seconds=1)
+    #: Failed handlings of one message (the channel raised or overran the deadline) before it is
+    #: parked (kind ``failing``) instead of retried; rechecks of recipients in progress and
+    #: outages do not count (``outbox_core.failures``).
+    max_failures: int = MAX_FAILURES
     #: How soon an event whose rows are due or being sent is looked at again.
     recheck: timedelta = RECHECK
     recheck_cap: timedelta = RECHECK_CAP
@@ -86,6 +92,7 @@ class ChannelTiming:
             overrun_delay=self.overrun_delay,
             publish_budget=self.publish_budget,
             drain_idle=self.drain_idle,
+            max_failures=self.max_failures,
         )
 
 
@@ -116,13 +123,21 @@ class EmailChannelWorkers:
         handler: EmailHandler | None = None,
         heartbeat: Heartbeat | None = None,
         group: str = EMAIL_CHANNEL_GROUP,
+        encryptor: Encryptor | None = None,
+        sealing: SealingRules = SealingRules(),  # noqa: B008 - frozen, so one shared default is safe
     ) -> None:
         config = lane_config or email_channel_lane()
         self.clock: Clock = clock or SystemClock()
         self.store = PostgresStore(pool, table=outbox_message)
         rows = RecipientRows(pool, lane=config.lane, table=outbox_message)
         channel = email_channel(
-            rows, recipes, name=group, recheck=timing.recheck, recheck_cap=timing.recheck_cap
+            rows,
+            recipes,
+            name=group,
+            recheck=timing.recheck,
+            recheck_cap=timing.recheck_cap,
+            encryptor=encryptor,
+            sealing=sealing,
         )
         self.consumer = timing.consumer(consumer, channel, dlq=dlq, parks=PostgresParkLedger(pool))
         handler = handler or EmailHandler(mailer, sender=sender, clock=self.clock)

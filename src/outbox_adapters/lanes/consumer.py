@@ -18,6 +18,16 @@ in-app channels and for a host's own channel::
 
     deadline overrun ──► nak(overrun_delay)      an error (database down, ...) ──► nak(retry_delay)
 
+No message ends the consumer and none is redelivered without end (docs/reliability.md, hostile
+input): a message whose handling *failed* (the channel raised, or overran the deadline) for the
+``max_failures``-th time is parked instead (kind ``failing``) and acknowledged
+(:class:`outbox_core.failures.FailureTally`); a recheck of recipients still in progress and an
+outage (``StoreUnavailable``) are no failures. A value the store cannot hold (``StoreDataError``:
+a data error, not an outage) parks the event at once (kind ``refused``), and when even parking is
+refused the message is acknowledged with a logged reason and counted (``unparkable``). Ids come
+bounded from the broker adapters (``outbox_core.untrusted``); every text a log line quotes is
+escaped.
+
 "Terminal" means every recipient is sent, parked or was found already done (deduplicated). The
 broker redelivers a nak'd event; the channel finds its recipients' rows and reports again.
 """
@@ -28,21 +38,36 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
-from typing import Any, Final, Protocol
+from typing import Any
 
-import attrs
-
+from outbox_adapters.lanes.settlement import (
+    EVENT_DEADLINE,
+    FAILING,
+    REFUSED,
+    UNDECODABLE,
+    Channel,
+    ConsumerStats,
+    Parked,
+    ParkLedger,
+    Settlement,
+    dlq_message,
+    should_ack,
+)
 from outbox_adapters.telemetry.metrics import LaneMetrics
 from outbox_adapters.telemetry.tracing import consuming
-from outbox_core.brokers import DLQ_REASON, park_message
-from outbox_core.errors import InvalidPayload
-from outbox_core.events import EventEnvelope, decode_event
-from outbox_core.mail import clean_line
+from outbox_core.brokers import DLQ_REASON
+from outbox_core.errors import InvalidPayload, StoreDataError, StoreUnavailable
+from outbox_core.events import decode_event
+from outbox_core.failures import MAX_FAILURES, FailureTally
 from outbox_core.outcomes import OutcomeKind
-from outbox_core.ports import BrokerMessage, Consumer, Publisher, ReceivedMessage
+from outbox_core.ports import Consumer, Publisher, ReceivedMessage
+from outbox_core.untrusted import printable
 
 __all__ = [
     "EVENT_DEADLINE",
+    "FAILING",
+    "MAX_FAILURES",
+    "REFUSED",
     "UNDECODABLE",
     "Channel",
     "ChannelConsumer",
@@ -55,107 +80,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("outbox_adapters.lanes.consumer")
-
-#: The kind under which a message that is no event is parked.
-UNDECODABLE: Final = "undecodable"
-#: Each event is processed within this long (deliver + parking), else nak'd and retried.
-EVENT_DEADLINE: Final = timedelta(seconds=60)
-#: Longest reason written to a DLQ header.
-_MAX_REASON: Final = 500
-
-
-@attrs.frozen
-class Parked:
-    """One recipient kind to park on the dead-letter destination."""
-
-    kind: str
-    reason: str
-    #: Delivery attempts made for it (0: refused before any attempt, e.g. an invalid address).
-    attempts: int = 0
-
-
-@attrs.frozen
-class Settlement:
-    """Where one event's recipients stand after :meth:`Channel.deliver`."""
-
-    #: Every recipient is sent, parked or was already done: the event may be acknowledged.
-    terminal: bool
-    #: Recipients that will never be delivered: the machinery parks each (once per kind).
-    parked: tuple[Parked, ...] = ()
-    #: When not terminal: redeliver after this long (None: the consumer's ``retry_delay``).
-    retry_after: timedelta | None = None
-
-    @classmethod
-    def done(cls, *parked: Parked) -> Settlement:
-        """Every recipient terminal (``parked`` among them)."""
-        return cls(terminal=True, parked=parked)
-
-    @classmethod
-    def later(cls, retry_after: timedelta | None, *parked: Parked) -> Settlement:
-        """Some recipient still in progress: look again after ``retry_after``."""
-        return cls(terminal=False, parked=parked, retry_after=retry_after)
-
-
-class Channel(Protocol):
-    """What a channel does with one event. ``name`` is its consumer group."""
-
-    @property
-    def name(self) -> str: ...
-
-    async def deliver(self, event: EventEnvelope, message: ReceivedMessage) -> Settlement: ...
-
-
-class ParkLedger(Protocol):
-    """Which kinds of which event a channel has parked (``postgres.channels.PostgresParkLedger``)."""
-
-    async def parked(self, channel: str, event_id: str) -> frozenset[str]: ...
-
-    async def record(
-        self, channel: str, event_id: str, kind: str, *, reason: str, attempts: int
-    ) -> None: ...
-
-
-def should_ack(settlement: Settlement) -> bool:
-    """Acknowledge only when every recipient is terminal."""
-    return settlement.terminal
-
-
-def dlq_message(
-    message: ReceivedMessage, *, group: str, parked: Parked, key: str | None = None
-) -> BrokerMessage:
-    """The dead-letter message for ``parked``: the RAW body on ``<subject>.dlq`` with the
-    ``outbox-dlq-*`` headers (:func:`outbox_core.brokers.park_message`, the one definition of a
-    park: its message id is unique per (event, group, kind), so a repeated park is dropped by a
-    de-duplicating broker and two kinds are two entries)."""
-    return park_message(
-        source=message.subject,
-        key=key or message.message_id,
-        event_id=message.message_id,
-        body=bytes(message.body),
-        headers=message.headers,
-        group=group,
-        kind=parked.kind,
-        reason=clean_line(parked.reason) or "no reason given",
-        attempts=parked.attempts,
-    )
-
-
-@attrs.define
-class ConsumerStats:
-    """What a :class:`ChannelConsumer` did."""
-
-    delivered: int = 0
-    acked: int = 0
-    naked: int = 0
-    #: Kinds published to the dead-letter destination (undecodable messages included).
-    parked: int = 0
-    undecodable: int = 0
-    #: Events that overran the per-event deadline.
-    overruns: int = 0
-    #: Dead-letter publishes that failed (the event was nak'd).
-    dlq_failures: int = 0
-    #: Channel or broker errors (the event was nak'd when it could be).
-    errors: int = 0
 
 
 class _NotParked(Exception):
@@ -177,6 +101,7 @@ class ChannelConsumer:
         overrun_delay: timedelta = timedelta(seconds=10),
         publish_budget: timedelta = timedelta(seconds=5),
         drain_idle: timedelta = timedelta(seconds=1),
+        max_failures: int = MAX_FAILURES,
     ) -> None:
         self.consumer = consumer
         self.channel = channel
@@ -187,6 +112,8 @@ class ChannelConsumer:
         self.overrun_delay = overrun_delay
         self.publish_budget = publish_budget
         self.drain_idle = drain_idle
+        #: Failed handlings per message; at ``max_failures`` the message is parked.
+        self.failures = FailureTally(max_failures)
         self.stats = ConsumerStats()
         #: The channel's figures (a no-op without OpenTelemetry): its deadline overruns.
         self.metrics = LaneMetrics(channel.name)
@@ -252,9 +179,20 @@ class ChannelConsumer:
 
     async def _handle(self, message: ReceivedMessage) -> None:
         self.stats.delivered += 1
+        delay, failed = await self._attempt(message)
+        if failed and self.failures.failed(message.message_id):
+            self.stats.exhausted += 1
+            count = self.failures.count(message.message_id)
+            why = f"handling failed {count} times; last: {failed}"
+            delay = await self._give_up(message, FAILING, why, delay or self.retry_delay)
+        await self._finish(message, delay)
+
+    async def _attempt(self, message: ReceivedMessage) -> tuple[timedelta | None, str]:
+        """The per-message guard: whatever the event does, ``None`` (ack) or a nak delay, and
+        what failed when this handling counts as a failure (else ``""``)."""
         try:
             async with asyncio.timeout(self.event_deadline.total_seconds()):
-                delay = await self._settle(message)
+                return await self._settle(message), ""
         except TimeoutError:
             self.stats.overruns += 1
             self.metrics.overran()
@@ -265,22 +203,64 @@ class ChannelConsumer:
                 self.event_deadline.total_seconds(),
                 self.overrun_delay.total_seconds(),
             )
-            delay = self.overrun_delay
-        except _NotParked:
+            return (
+                self.overrun_delay,
+                f"overran its {self.event_deadline.total_seconds():g}s deadline",
+            )
+        except _NotParked:  # the dead-letter destination unavailable: retried, not counted
             self.stats.dlq_failures += 1
-            delay = self.retry_delay
+            return self.retry_delay, ""
+        except StoreDataError as exc:  # the same on every delivery: park it, never retry it
+            self.stats.refused += 1
+            return await self._give_up(message, REFUSED, str(exc), self.retry_delay), ""
         except Exception as exc:  # noqa: BLE001 - a channel's failure is this event's, retried
             self.stats.errors += 1
+            said = f"{type(exc).__name__}: {printable(str(exc))}"
             _log.warning(
-                "channel %s: event %s failed (%s: %s); retried in %gs",
+                "channel %s: event %s failed (%s); retried in %gs",
                 self.channel.name,
                 message.message_id,
-                type(exc).__name__,
-                exc,
+                said,
                 self.retry_delay.total_seconds(),
             )
-            delay = self.retry_delay
-        await self._finish(message, delay)
+            # An outage is retried until it ends; any other failure counts toward the bound.
+            return self.retry_delay, "" if isinstance(exc, StoreUnavailable) else said
+
+    async def _give_up(
+        self, message: ReceivedMessage, kind: str, why: str, otherwise: timedelta
+    ) -> timedelta | None:
+        """Park ``message`` as ``kind`` and acknowledge it (``None``); when the park's publish
+        fails, nak with ``otherwise``; when the store refuses even the park, acknowledge it with a
+        logged reason (counted as ``unparkable``): never a message redelivered without end."""
+        parked = Parked(kind, why, attempts=message.deliveries)
+        try:
+            async with asyncio.timeout(self.event_deadline.total_seconds()):
+                await self._park(message, message.message_id, None, (parked,))
+        except StoreDataError as exc:
+            self.stats.unparkable += 1
+            _log.error(
+                "channel %s: event %s acknowledged unparked: %s; parking it was refused too (%s)",
+                self.channel.name,
+                message.message_id,
+                printable(why),
+                printable(str(exc)),
+            )
+            return None
+        except _NotParked:
+            self.stats.dlq_failures += 1
+            return otherwise
+        except Exception as exc:  # noqa: BLE001 - the DLQ or the ledger unavailable: retried
+            self.stats.errors += 1
+            _log.warning(
+                "channel %s: parking event %s as %s failed (%s: %s); retried",
+                self.channel.name,
+                message.message_id,
+                kind,
+                type(exc).__name__,
+                printable(str(exc)),
+            )
+            return otherwise
+        return None
 
     async def _settle(self, message: ReceivedMessage) -> timedelta | None:
         """``None`` when the message was acknowledged-worthy; else the nak delay."""
@@ -320,11 +300,15 @@ class ChannelConsumer:
                     item.kind,
                     event_id,
                     dead.subject,
-                    outcome.reason,
+                    printable(outcome.reason or ""),
                 )
                 raise _NotParked
             await self.parks.record(
-                group, event_id, item.kind, reason=item.reason, attempts=item.attempts
+                group,
+                event_id,
+                item.kind,
+                reason=printable(item.reason),  # no NUL nor control character reaches the store
+                attempts=item.attempts,
             )
             self.stats.parked += 1
             _log.warning(
@@ -343,6 +327,7 @@ class ChannelConsumer:
                 await message.ack()
                 self.stats.acked += 1
                 self._outstanding.discard(message.message_id)
+                self.failures.settled(message.message_id)
             else:
                 await message.nak(delay=delay)
                 self.stats.naked += 1
@@ -355,5 +340,5 @@ class ChannelConsumer:
                 self.channel.name,
                 message.message_id,
                 type(exc).__name__,
-                exc,
+                printable(str(exc)),
             )

@@ -37,6 +37,8 @@ from outbox_core.backoff import CONSUMER_BACKOFF
 from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.events import EventEnvelope
 from outbox_core.mail import clean_line
+from outbox_core.ports import Encryptor
+from outbox_core.sealing import SealingRules
 
 __all__ = [
     "EMAIL_CHANNEL_GROUP",
@@ -151,10 +153,16 @@ def platform_recipes(public_url: str, platform_owner: str | None = None) -> Emai
 
 
 def email_recipients(
-    recipes: EmailRecipes, *, lane: str = EMAIL_CHANNEL_LANE
+    recipes: EmailRecipes,
+    *,
+    lane: str = EMAIL_CHANNEL_LANE,
+    encryptor: Encryptor | None = None,
+    sealing: SealingRules = SealingRules(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> Callable[[EventEnvelope], list[Recipient]]:
     """The :class:`~outbox_adapters.lanes.row_channel.RowChannel` recipients of ``recipes``: each
-    draft built into a validated e-mail message for ``lane``, or refused with the reason."""
+    draft built into a validated e-mail message for ``lane``, or refused with the reason. With
+    ``encryptor``, the fields ``sealing`` names (the scrubbed ones, e.g. ``setup_url``) are stored
+    sealed, as :func:`~outbox_adapters.lanes.email.email_message` seals a host's own e-mail."""
 
     def recipients(event: EventEnvelope) -> list[Recipient]:
         made = []
@@ -167,6 +175,8 @@ def email_recipients(
                     text=draft.text,
                     fields=draft.fields,
                     lane=lane,
+                    encryptor=encryptor,
+                    sealing=sealing,
                 )
             except InvalidMessage as exc:
                 made.append(Recipient(kind, refusal=f"undeliverable: {exc}"))
@@ -177,19 +187,22 @@ def email_recipients(
     return recipients
 
 
-def email_channel(
+def email_channel(  # noqa: PLR0913 - keyword-only knobs, each with a default
     rows: RecipientRowStore,
     recipes: EmailRecipes,
     *,
     name: str = EMAIL_CHANNEL_GROUP,
     recheck: timedelta = RECHECK,
     recheck_cap: timedelta = RECHECK_CAP,
+    encryptor: Encryptor | None = None,
+    sealing: SealingRules = SealingRules(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> RowChannel:
-    """The e-mail channel over ``rows`` (whose lane the messages are written to)."""
+    """The e-mail channel over ``rows`` (whose lane the messages are written to); with
+    ``encryptor``, its rows' secret fields are sealed (:func:`email_recipients`)."""
     return RowChannel(
         name,
         rows,
-        email_recipients(recipes, lane=rows.lane),
+        email_recipients(recipes, lane=rows.lane, encryptor=encryptor, sealing=sealing),
         recheck=recheck,
         recheck_cap=recheck_cap,
     )

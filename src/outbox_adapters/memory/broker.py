@@ -30,6 +30,7 @@ from outbox_core.brokers import (
 )
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import BrokerMessage
+from outbox_core.untrusted import bounded_id
 
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryMessage", "MemoryPublisher"]
 
@@ -45,7 +46,7 @@ class MemoryMessage:
 
     @property
     def message_id(self) -> str:
-        return self.stored.message_id
+        return bounded_id(self.stored.message_id)  # as the real brokers' edges bound it
 
     @property
     def body(self) -> bytes:
@@ -110,7 +111,7 @@ class MemoryBroker:
         dlq = dlq_subject(topic)
         return [
             DeadLetter(
-                message_id=m.headers.get(EVENT_ID_HEADER, m.message_id),
+                message_id=bounded_id(m.headers.get(EVENT_ID_HEADER, m.message_id)),
                 subject=dlq,
                 source=m.headers.get(DLQ_SOURCE) or source_of(dlq),
                 headers=dict(m.headers),

@@ -33,7 +33,7 @@ from aiokafka.protocol.admin import CreateTopicsRequest
 
 from outbox_adapters.brokers.errors import BrokerUnavailable, log
 from outbox_adapters.brokers.kafka.config import KafkaClientConfig
-from outbox_adapters.brokers.kafka.consumer import KafkaConsumer
+from outbox_adapters.brokers.kafka.consumer import KafkaConsumer, record_headers
 from outbox_adapters.brokers.kafka.errors import describe, operation, publish_outcome
 from outbox_core.brokers import (
     DLQ_SOURCE,
@@ -47,6 +47,7 @@ from outbox_core.brokers import (
 from outbox_core.errors import ConfigurationError
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import BrokerMessage
+from outbox_core.untrusted import bounded_id
 
 __all__ = ["REDRIVEN", "KafkaBroker", "KafkaPublisher"]
 
@@ -54,10 +55,6 @@ __all__ = ["REDRIVEN", "KafkaBroker", "KafkaPublisher"]
 REDRIVEN = "outbox-dlq-redriven"
 _DLQ_PREFIX = "outbox-dlq-"
 _CREATE_TOPICS = 19  # the Kafka API key of CreateTopics
-
-
-def _headers(record: Any) -> dict[str, str]:  # noqa: ANN401 - an aiokafka ConsumerRecord
-    return {k: v.decode("utf-8", "replace") for k, v in (record.headers or ())}
 
 
 class KafkaBroker:
@@ -211,12 +208,12 @@ class KafkaBroker:
 
     @staticmethod
     def _read(dlq: str, record: Any, parked: dict[str, list[Any]]) -> None:  # noqa: ANN401
-        headers = _headers(record)
+        headers = record_headers(record)  # a null or binary header value never raises
         if REDRIVEN in headers:
-            parked.pop(headers[REDRIVEN], None)
+            parked.pop(bounded_id(headers[REDRIVEN]), None)
             return
         position = f"{record.partition}:{record.offset}"
-        message_id = headers.get(EVENT_ID_HEADER) or position
+        message_id = bounded_id(headers.get(EVENT_ID_HEADER) or position)
         letter = DeadLetter(
             message_id=message_id,
             subject=dlq,

@@ -36,8 +36,15 @@ from outbox_adapters.brokers.kafka.config import KafkaClientConfig
 from outbox_adapters.brokers.kafka.errors import describe, is_broker_error, operation
 from outbox_core.brokers import EVENT_ID_HEADER
 from outbox_core.errors import ConfigurationError
+from outbox_core.untrusted import bounded_id, header_text
 
-__all__ = ["KafkaConsumer", "KafkaMessage", "PartitionOffsets"]
+__all__ = ["KafkaConsumer", "KafkaMessage", "PartitionOffsets", "record_headers"]
+
+
+def record_headers(record: Any) -> dict[str, str]:  # noqa: ANN401 - an aiokafka ConsumerRecord
+    """A record's headers as text: a null value is ``""``, bytes are decoded (invalid UTF-8
+    replaced), a key that is bytes as well; never an exception, whatever the producer sent."""
+    return {header_text(k): header_text(v) for k, v in (record.headers or ())}
 
 
 class PartitionOffsets:
@@ -75,11 +82,11 @@ class KafkaMessage:
         self._consumer = consumer
         self.record = record
         self.deliveries = deliveries
-        self.headers: Mapping[str, str] = {
-            k: v.decode("utf-8", "replace") for k, v in (record.headers or ())
-        }
-        self.message_id: str = self.headers.get(EVENT_ID_HEADER) or (
-            f"{record.topic}:{record.partition}:{record.offset}"
+        # A null header value is legal in Kafka (aiokafka hands None): read as "" (ADR 0019).
+        self.headers: Mapping[str, str] = record_headers(record)
+        self.message_id: str = bounded_id(
+            self.headers.get(EVENT_ID_HEADER)
+            or f"{record.topic}:{record.partition}:{record.offset}"
         )
         self.subject: str = record.topic
         self.body: bytes = record.value or b""

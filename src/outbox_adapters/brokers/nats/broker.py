@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -41,6 +42,7 @@ from outbox_adapters.brokers.nats.consumer import (
     NatsMessage,
     _public_headers,
     durable_name,
+    header_value,
 )
 from outbox_adapters.brokers.nats.errors import describe, operation, publish_outcome
 from outbox_core.brokers import (
@@ -55,6 +57,7 @@ from outbox_core.brokers import (
 from outbox_core.errors import ConfigurationError
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import BrokerMessage
+from outbox_core.untrusted import bounded_id
 
 __all__ = ["NatsBroker", "NatsConsumer", "NatsMessage", "NatsPublisher"]
 
@@ -62,6 +65,8 @@ _DLQ_PREFIX = "outbox-dlq-"
 #: How many distinct connection errors an outcome quotes.
 _KEPT_ERRORS: Final = 3
 _RECONNECTS = 3
+#: At most one "NATS connection error" warning this often; the others are counted.
+CONNECTION_WARNING_EVERY: Final = 30.0
 
 
 class NatsBroker:
@@ -88,6 +93,12 @@ class NatsBroker:
         #: finally raises).
         self.connection_errors: list[str] = []
         self.ack_wait = ack_wait
+        #: Connection errors seen (nats-py reports one per reconnect attempt, every 0.5 s while
+        #: the server is unreachable); a warning is logged at most every
+        #: :data:`CONNECTION_WARNING_EVERY` seconds and says how many it stands for.
+        self.connection_error_count = 0
+        self._warned_at: float | None = None
+        self._unwarned = 0
         self._pending = list(streams)
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
@@ -136,7 +147,15 @@ class NatsBroker:
         said = describe(exc)
         if said not in self.connection_errors and len(self.connection_errors) < _KEPT_ERRORS:
             self.connection_errors.append(said)
-        log.warning("NATS connection error: %s", describe(exc))
+        self.connection_error_count += 1
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < CONNECTION_WARNING_EVERY:
+            self._unwarned += 1
+            log.debug("NATS connection error: %s", said)
+            return
+        more = f" ({self._unwarned} more since the last warning)" if self._unwarned else ""
+        self._warned_at, self._unwarned = now, 0
+        log.warning("NATS connection error: %s%s", said, more)
 
     async def _on_disconnect(self) -> None:
         if self._client is not None:  # not our own aclose()
@@ -204,8 +223,11 @@ class NatsBroker:
                 found.append(
                     (
                         DeadLetter(
-                            message_id=headers.get(EVENT_ID_HEADER)
-                            or (raw.headers or {}).get(MSG_ID, f"{stream}:{raw.seq}"),
+                            message_id=bounded_id(
+                                headers.get(EVENT_ID_HEADER)
+                                or header_value((raw.headers or {}).get(MSG_ID))
+                                or f"{stream}:{raw.seq}"
+                            ),
                             subject=raw.subject or dlq,
                             source=headers.get(DLQ_SOURCE) or source_of(dlq),
                             headers=headers,

@@ -25,16 +25,27 @@ from outbox_adapters.brokers.errors import BrokerUnavailable, log
 from outbox_adapters.brokers.nats.errors import describe, is_broker_error, operation
 from outbox_core.brokers import EVENT_ID_HEADER
 from outbox_core.errors import ConfigurationError
+from outbox_core.untrusted import bounded_id, header_text
 
-__all__ = ["MSG_ID", "JetStreamSource", "NatsConsumer", "NatsMessage"]
+__all__ = ["MSG_ID", "JetStreamSource", "NatsConsumer", "NatsMessage", "header_value"]
 
 MSG_ID = "Nats-Msg-Id"
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
-def _public_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    """The message's own headers (JetStream's ``Nats-*`` bookkeeping left out)."""
-    return {k: v for k, v in (headers or {}).items() if not k.startswith("Nats-")}
+def _public_headers(headers: Mapping[Any, Any] | None) -> dict[str, str]:
+    """The message's own headers (JetStream's ``Nats-*`` bookkeeping left out), each key and value
+    as text: nats-py hands a direct read's non-ASCII header value as an ``email.header.Header``."""
+    text = {header_value(k): header_value(v) for k, v in (headers or {}).items()}
+    return {k: v for k, v in text.items() if not k.startswith("Nats-")}
+
+
+def header_value(value: object) -> str:
+    """One header value as nats-py hands it (text, bytes, ``None`` or an ``email.header.Header``)
+    as text."""
+    if value is None or isinstance(value, bytes | str):
+        return header_text(value)
+    return str(value)
 
 
 def durable_name(group: str, subject: str) -> str:
@@ -71,8 +82,11 @@ class NatsMessage:
         raw = msg.headers or {}
         self.headers: Mapping[str, str] = _public_headers(raw)
         meta = msg.metadata
-        self.message_id: str = (
-            raw.get(EVENT_ID_HEADER) or raw.get(MSG_ID) or (f"{meta.stream}:{meta.sequence.stream}")
+        # Bounded: a peer's id may be kilobytes long or hold control characters (ADR 0019).
+        self.message_id: str = bounded_id(
+            self.headers.get(EVENT_ID_HEADER)
+            or header_value(raw.get(MSG_ID))
+            or f"{meta.stream}:{meta.sequence.stream}"
         )
         self.deliveries: int = meta.num_delivered
         self.subject: str = msg.subject
@@ -133,6 +147,9 @@ class NatsConsumer:
                 deliver_policy=api.DeliverPolicy.ALL,
                 filter_subject=subject,
                 ack_wait=self.broker.ack_wait.total_seconds(),
+                # Unlimited on purpose: a redelivery may be a recheck of recipients still in
+                # progress, and JetStream past max_deliver drops a message without parking it.
+                # The bound is the consumer channel's, on failures (outbox_core.failures).
                 max_deliver=-1,
                 max_ack_pending=1000,
             )
@@ -182,7 +199,10 @@ class NatsConsumer:
     async def _fetch(self, sub: Any) -> list[Msg]:  # noqa: ANN401 - nats-py's pull subscription
         try:
             msgs: list[Msg] = await sub.fetch(self.batch, timeout=self.fetch_wait)
-        except nats.errors.TimeoutError:
+        except TimeoutError:
+            # Nothing waiting. nats-py raises its own TimeoutError, or asyncio's when the server's
+            # "no messages" answer comes in late (a busy event loop: an application running other
+            # work beside its consumers): both mean an empty fetch, not a failure to warn about.
             return []
         except Exception as exc:
             if not is_broker_error(exc):
