@@ -54,7 +54,11 @@ def test_prune_removes_old_read_rows_in_batches_and_keeps_unread_and_recent_ones
 
 def test_prune_takes_its_settings_from_the_environment_too(dsn: str):
     aged(dsn, days=3, read=True)
-    env = {"OUTBOX_DATABASE_URL": dsn, "OUTBOX_FEED_PRUNE_OLDER_THAN": "2d"}
+    env = {
+        "OUTBOX_DATABASE_URL": dsn,
+        "OUTBOX_FEED_PRUNE_OLDER_THAN": "2d",
+        "OUTBOX_FEED_PRUNE_BROKER_RETENTION": "1d",
+    }
     result = outbox("feed", "prune", env=env)
     assert result.exit_code == 0, result.output
     assert "1 read notification(s)" in result.stdout

@@ -681,6 +681,7 @@ MUTANTS += (
 )
 
 PRUNE = "tests/integration/test_prune.py"
+PRUNE_DEPENDANTS = "tests/integration/test_prune_dependants.py"
 HEALTH = "tests/integration/test_healthcheck.py"
 
 
@@ -702,6 +703,37 @@ MUTANTS += (
         "FOR UPDATE SKIP LOCKED -> FOR UPDATE",
         f"{PRUNE}::test_a_held_row_is_skipped_not_waited_for",
         _replace_in(_retention, "PRUNE_QUEUE", "FOR UPDATE SKIP LOCKED", "FOR UPDATE"),
+    ),
+    Mutant(
+        "prune-deliveries-drop-newest-success",
+        "a prune keeps each endpoint's newest successful delivery (the health sweep reads it)",
+        "deliveries pruned without the keep condition: every old success goes",
+        f"{PRUNE_DEPENDANTS}"
+        "::test_pruned_deliveries_keep_each_endpoint_s_newest_success_for_the_health_sweep",
+        (
+            _retention,
+            "PRUNABLE",
+            {
+                **_retention.PRUNABLE,
+                "deliveries": attrs.evolve(_retention.PRUNABLE["deliveries"], keep=""),
+            },
+        ),
+    ),
+    Mutant(
+        "prune-dedup-records-under-retention",
+        "sent e-mails (the e-mail channel's dedup record) are not pruned under the broker's"
+        " retention",
+        "messages lose their floor: --only messages --older-than 1d deletes them",
+        f"{PRUNE_DEPENDANTS}"
+        "::test_a_prune_under_the_broker_s_retention_keeps_the_channel_s_dedup_rows",
+        (
+            _retention,
+            "PRUNABLE",
+            {
+                **_retention.PRUNABLE,
+                "messages": attrs.evolve(_retention.PRUNABLE["messages"], needed_by=None),
+            },
+        ),
     ),
     Mutant(
         "heartbeat-not-written",

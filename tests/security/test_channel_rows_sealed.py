@@ -92,6 +92,7 @@ async def _run_channel(dsn: str, nats_url: str, canary: str, *, keys: bool) -> t
             assert outcome.kind.value == "sent", outcome
     finally:
         await broker.aclose()
+
     async def written() -> bool:
         return len(await _rows(dsn, lane)) >= EVENTS
 
