@@ -4,7 +4,9 @@ PostgreSQL's (``postgres.channels``), one suite, so the simulator's fakes keep t
 - ``ensure`` writes a message unless its (lane, key) exists, and answers every row's state by key;
 - a pending row due later waits until then; a claimed one waits 0; a failed one keeps its error;
 - a message of another lane, or without a key, is refused before anything is written;
-- the ledger records each (channel, event, kind) once and lists an event's kinds.
+- the ledger records each (channel, event, kind) once and lists an event's kinds;
+- a park lifted by ``dlq redrive`` no longer counts; ``rearm`` puts the lifted kinds' failed rows
+  back to pending once (audited) and drops the lifted parks; a second ``rearm`` does nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ Parts = tuple[RecipientRowStore, ParkLedger, OutboxStore]
 async def parts(request: pytest.FixtureRequest) -> AsyncIterator[Parts]:
     if request.param == "memory":
         store = MemoryStore()
-        yield MemoryRecipientRows(store, lane=LANE), MemoryParkLedger(store), store
+        ledger = MemoryParkLedger(store)
+        yield MemoryRecipientRows(store, lane=LANE, ledger=ledger), ledger, store
         return
     dsn: str = request.getfixturevalue("contract_dsn")
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -103,3 +106,32 @@ async def test_the_ledger_records_each_kind_once(parts: Parts) -> None:
     await ledger.record("inapp", "e4", "x", reason="r", attempts=0)
     assert await ledger.parked("email", "e4") == frozenset({"welcome", "notify"})
     assert await ledger.parked("email", "e5") == frozenset()
+
+
+async def test_a_redriven_park_rearms_its_failed_row_once_with_an_audit(parts: Parts) -> None:
+    rows, ledger, store = parts
+    await rows.ensure([_message("e9:welcome"), _message("e9:notify")])
+    token = ClaimToken.from_entropy(os.urandom(16))
+    claimed = await store.claim_due(
+        ClaimRequest(lane=LANE, limit=2, lease=timedelta(minutes=5), token=token)
+    )
+    for row in claimed:
+        await store.mark_if_pending(Mark.failed(row, "550 no such user"))
+    await ledger.record("ch", "e9", "welcome", reason="550", attempts=5)
+    await ledger.record("ch", "e9", "notify", reason="550", attempts=5)
+    assert await rows.rearm("ch", "e9") == frozenset()  # nothing lifted: a plain redelivery
+
+    lift = getattr(ledger, "redriven")  # noqa: B009 - on both ledgers, not in the port
+    assert await lift(["e9", "elsewhere"], actor="ops@host", reason="T-1") == 2
+    assert await ledger.parked("ch", "e9") == frozenset()
+    assert await lift(["e9"], actor="ops@host") == 0  # already lifted
+    assert await rows.rearm("other-channel", "e9") == frozenset()
+    assert await rows.rearm("ch", "e9") == {"welcome", "notify"}
+    after = await rows.ensure([_message("e9:welcome"), _message("e9:notify")])
+    assert {(r.status, r.attempts, r.last_error) for r in after.values()} == {
+        (Status.PENDING, 0, None)
+    }
+    assert await rows.rearm("ch", "e9") == frozenset()  # the lifted parks are gone
+    # Parked again after a new failure: the ledger records it as a park of its own.
+    await ledger.record("ch", "e9", "welcome", reason="550 again", attempts=5)
+    assert await ledger.parked("ch", "e9") == {"welcome"}

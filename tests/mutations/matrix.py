@@ -28,6 +28,7 @@ from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.postgres import operator_statements, statements
 from outbox_adapters.postgres import retention as _retention
 from outbox_adapters.postgres.channels import feed as _feed_sql
+from outbox_adapters.postgres.channels import redrive as _channel_redrive
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.postgres.webhooks import FanOut as _FanOut
 from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository
@@ -623,6 +624,15 @@ MUTANTS += (
         "tests/security/test_channel_rows_sealed.py"
         "::test_the_e_mail_channel_seals_its_rows_secret_fields",
         (_email_channel, "email_message", _unsealed_email_message),
+    ),
+    Mutant(
+        "redrive-rows-not-rearmed",
+        "a redriven event's failed recipient rows go back to pending (dlq redrive sends them)",
+        "the re-arm drops the lifted parks but leaves the rows failed",
+        "tests/integration/test_dlq_redrive.py::test_a_redrive_sends_the_parked_e_mail_once",
+        _replace_in(
+            _channel_redrive, "REARM_REDRIVEN", "SET status = 'pending'", "SET status = 'failed'"
+        ),
     ),
     Mutant(
         "consumer-no-failure-bound",

@@ -85,8 +85,8 @@ class ChannelWorld(World):
         super().__init__(plan, loop)
         self.broker = SimBroker()
         self.group = self.broker.group(EMAIL_CHANNEL_GROUP, [TOPIC])
-        self.rows = MemoryRecipientRows(self.store, lane=self.config.lane)
         self.parks = MemoryParkLedger(self.store)
+        self.rows = MemoryRecipientRows(self.store, lane=self.config.lane, ledger=self.parks)
         self.recipes = _recipes()
         #: event id -> its kinds that must be parked (refused before any row).
         self.refused: dict[str, set[str]] = {}

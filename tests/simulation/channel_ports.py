@@ -134,6 +134,9 @@ class FaultyRows(_Port):
     async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]:
         return await self._call("ensure", lambda: self.inner.ensure(messages))
 
+    async def rearm(self, channel: str, event_id: str) -> frozenset[str]:
+        return await self._call("rearm", lambda: self.inner.rearm(channel, event_id), write=True)
+
 
 class FaultyLedger(_Port):
     """``ParkLedger`` for one node over the shared :class:`MemoryParkLedger`."""

@@ -25,6 +25,7 @@ from outbox_adapters.cli.lane_options import (
     topics_option,
 )
 from outbox_adapters.cli.lane_run import start_lane
+from outbox_adapters.cli.operator import default_actor
 from outbox_adapters.cli.options import (
     SettingError,
     database_errors,
@@ -37,11 +38,18 @@ from outbox_adapters.cli.options import (
 from outbox_adapters.cli.telemetry import metrics_options
 from outbox_adapters.cli.wakeup import listen_option
 from outbox_adapters.lanes.relay import relay_disabled_warning
+from outbox_adapters.postgres.channels import PostgresParkLedger
 from outbox_adapters.postgres.events import RELAY_LANE, publish
+from outbox_adapters.postgres.pools import open_pool
 from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.untrusted import printable
 
 __all__ = ["dlq_group", "publish_command", "relay_command"]
+
+#: Longest ``--reason`` (as ``outbox requeue``'s).
+MAX_REASON = 500
+#: Dead letters read to find the ids a redrive of "all of them" puts back.
+_ALL = 100_000
 
 
 @click.command("publish")
@@ -152,11 +160,50 @@ def dlq_list_command(broker: str, topic: str, limit: int, as_json: bool) -> None
 @dlq_group.command("redrive")
 @broker_option(required=True)
 @topic_option
+@database_url(
+    required=False,
+    help_text="The channels' database: the parks of the redriven events are lifted there, so a"
+    " recipient whose e-mail row failed is sent again (without it, only the broker is touched).",
+)
+@option(
+    "--actor",
+    env="OUTBOX_ACTOR",
+    default=default_actor,
+    show_default="$USER@host",
+    help="Who redrives (kept in the requeue audit of each row sent again).",
+)
+@option(
+    "--reason",
+    env="OUTBOX_REDRIVE_REASON",
+    metavar="TEXT",
+    help="Why (a ticket, one line): kept in the requeue audit beside who and when.",
+)
 @click.argument("ids", nargs=-1)
-def dlq_redrive_command(broker: str, topic: str, ids: tuple[str, ...]) -> None:
-    """Put parked events (IDS, or all of them) back on their source topic."""
-    moved = run(_redrive(broker, topic, list(ids) or None))
+def dlq_redrive_command(  # noqa: PLR0913, PLR0917 - one parameter per option
+    broker: str,
+    topic: str,
+    database_url: str | None,
+    actor: str,
+    reason: str | None,
+    ids: tuple[str, ...],
+) -> None:
+    """Put parked events (IDS, or all of them) back on their source topic. With --database-url
+    (OUTBOX_DATABASE_URL) their parks are lifted first: each channel tries them again, and the
+    e-mail channel puts a failed recipient's row back to pending, audited like `outbox requeue`."""
+    if reason is not None and (len(reason) > MAX_REASON or not reason.isprintable()):
+        raise setting_error(
+            "--reason", "OUTBOX_REDRIVE_REASON", f"one printable line of at most {MAX_REASON}"
+        )
+    lifted, moved = run(_redrive(broker, topic, list(ids) or None, database_url, actor, reason))
     click.echo(f"{moved} event(s) put back on {topic}")
+    if lifted is None:
+        click.echo(
+            "the channels' parks were not lifted (no --database-url): a recipient whose e-mail"
+            " row failed stays failed",
+            err=True,
+        )
+    else:
+        click.echo(f"{lifted} park(s) lifted: their channels try those recipients again")
 
 
 def _letter_json(letter: Any) -> dict[str, Any]:  # noqa: ANN401 - a DeadLetter
@@ -178,12 +225,34 @@ async def _dead_letters(url: str, topic: str, limit: int) -> list[Any]:
         await broker.aclose()
 
 
-async def _redrive(url: str, topic: str, ids: list[str] | None) -> int:
+async def _redrive(  # noqa: PLR0913, PLR0917 - the command's settings
+    url: str,
+    topic: str,
+    ids: list[str] | None,
+    database_url: str | None,
+    actor: str,
+    reason: str | None,
+) -> tuple[int | None, int]:
+    """(parks lifted, None without a database; events put back). The parks are lifted BEFORE
+    the events go back, so a channel that gets one finds its park lifted."""
     broker = await _broker(url)
     try:
-        return int(await broker.redrive(topic, ids))
+        lifted = None
+        if database_url is not None:
+            chosen = ids or [d.message_id for d in await broker.dead_letters(topic, limit=_ALL)]
+            with database_errors():
+                lifted = await _lift(database_url, chosen, actor, reason)
+        return lifted, int(await broker.redrive(topic, ids))
     finally:
         await broker.aclose()
+
+
+async def _lift(database_url: str, ids: list[str], actor: str, reason: str | None) -> int:
+    pool = await open_pool(database_url, name="outbox-dlq-redrive")
+    try:
+        return await PostgresParkLedger(pool).redriven(ids, actor=actor, reason=reason)
+    finally:
+        await pool.close()
 
 
 async def _broker(url: str) -> Any:  # noqa: ANN401 - a Broker

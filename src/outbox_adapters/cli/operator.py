@@ -38,6 +38,7 @@ from outbox_core.ports import OperatorStore, RequeueRequest, RequeueResult
 from outbox_core.scrub import DEFAULT_SECRET_KEYS, ScrubRules
 
 __all__ = [
+    "default_actor",
     "get_command",
     "operator_store",
     "requeue_command",
@@ -90,7 +91,7 @@ def _since(value: str | None, flag: str = "--since") -> datetime | None:
     return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
 
 
-def _default_actor() -> str:
+def default_actor() -> str:
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no login name (a container with an unknown uid)
@@ -174,7 +175,7 @@ def _requeue_request(  # noqa: PLR0913 - one parameter per option
 @option(
     "--actor",
     env="OUTBOX_ACTOR",
-    default=_default_actor,
+    default=default_actor,
     show_default="$USER@host",
     help="Who requeues (kept in the audit table).",
 )

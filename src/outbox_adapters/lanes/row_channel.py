@@ -19,7 +19,9 @@ row                the recipient is
                    worker crashed, claims it again once the lease runs out
 =================  ==========================================================================
 
-A redelivered event finds its rows (the key exists: nothing new is written). The channel never
+A redelivered event finds its rows (the key exists: nothing new is written). A failed row whose
+park ``outbox dlq redrive`` lifted is put back to pending once, audited
+(:meth:`RecipientRowStore.rearm`), so a redrive sends what failed. The channel never
 sends anything itself: every guarantee of the lane's handler (for e-mail: strict TLS, scrub,
 suppression, fenced marks) applies because the row is sent by that lane's runtime.
 """
@@ -63,6 +65,11 @@ class RecipientRowStore(Protocol):
     def lane(self) -> str: ...
 
     async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]: ...
+
+    async def rearm(self, channel: str, event_id: str) -> frozenset[str]:
+        """Put back to pending the failed rows of ``event_id`` whose park an operator lifted
+        (``outbox dlq redrive``), audited, and drop those parks; the kinds re-armed."""
+        ...
 
 
 def recipient_key(event_id: str, kind: str) -> str:
@@ -121,6 +128,9 @@ class RowChannel:
             key = recipient_key(event.id, recipient.kind)
             messages[recipient.kind] = attrs.evolve(recipient.message, idempotency_key=key)
         rows = await self.rows.ensure(list(messages.values())) if messages else {}
+        if any(row.status is Status.FAILED for row in rows.values()) and await self._rearm(event):
+            # A redriven event: the rows whose park was lifted are pending again; read them back.
+            rows = await self.rows.ensure(list(messages.values()))
         waits: list[timedelta] = []
         for kind, written in messages.items():
             row = rows.get(str(written.idempotency_key))
@@ -135,6 +145,11 @@ class RowChannel:
             return Settlement.done(*parked)
         wait = min(waits) + self.recheck
         return Settlement.later(min(wait, self.recheck_cap), *parked)
+
+    async def _rearm(self, event: EventEnvelope) -> frozenset[str]:
+        # A row store written before ``rearm`` joined the protocol cannot re-arm: nothing to do.
+        rearm = getattr(self.rows, "rearm", None)
+        return frozenset() if rearm is None else frozenset(await rearm(self.name, event.id))
 
 
 def _reason(row: RecipientRow) -> str:

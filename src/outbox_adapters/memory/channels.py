@@ -23,6 +23,7 @@ import attrs
 
 from outbox_adapters.memory.store import MemoryStore
 from outbox_adapters.store_rules import RecipientRow
+from outbox_core.delivery import Status
 from outbox_core.messages import NewMessage
 
 __all__ = ["MemoryParkLedger", "MemoryRecipientRows", "ParkEntry"]
@@ -31,9 +32,13 @@ __all__ = ["MemoryParkLedger", "MemoryRecipientRows", "ParkEntry"]
 class MemoryRecipientRows:
     """``lanes.row_channel.RecipientRowStore`` over the rows of one lane of a :class:`MemoryStore`."""
 
-    def __init__(self, store: MemoryStore, *, lane: str) -> None:
+    def __init__(
+        self, store: MemoryStore, *, lane: str, ledger: MemoryParkLedger | None = None
+    ) -> None:
         self.store = store
         self.lane = lane
+        #: The parks :meth:`rearm` reads (PostgreSQL's rows and ledger share one database).
+        self.ledger = ledger
 
     async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]:
         """Write each message unless a row with its key exists, then return every row by key.
@@ -60,13 +65,33 @@ class MemoryRecipientRows:
             )
         return found
 
+    async def rearm(self, channel: str, event_id: str) -> frozenset[str]:
+        """``postgres.channels.RecipientRows.rearm``: the failed rows of the kinds whose park was
+        lifted go back to pending (audited), and those parks are dropped, in one step."""
+        await asyncio.sleep(0)
+        if self.ledger is None:
+            return frozenset()
+        self.store._check_available("rearm")  # noqa: SLF001 - the store's own package
+        lifted = self.ledger.lift(channel, event_id)
+        keys = {f"{event_id}:{kind}": entry for kind, entry in lifted.items()}
+        rearmed = set()
+        for key, row in self.store.rows_by_key(self.lane, list(keys)).items():
+            if row.status is Status.FAILED:
+                entry = keys[key]
+                why = "dlq redrive" + (f": {entry.redrive_reason}" if entry.redrive_reason else "")
+                self.store._requeue(row, entry.redriven_by or "outbox dlq redrive", why)  # noqa: SLF001
+                rearmed.add(key.rpartition(":")[2])
+        return frozenset(rearmed)
+
 
 @attrs.frozen
 class ParkEntry:
-    """One parked kind of one event."""
+    """One parked kind of one event; ``redriven_by`` set once ``outbox dlq redrive`` lifted it."""
 
     reason: str
     attempts: int
+    redriven_by: str | None = None
+    redrive_reason: str | None = None
 
 
 class MemoryParkLedger:
@@ -80,16 +105,41 @@ class MemoryParkLedger:
     async def parked(self, channel: str, event_id: str) -> frozenset[str]:
         await asyncio.sleep(0)
         self._check("parked")
-        return frozenset(self.entries.get((channel, event_id), {}))
+        entries = self.entries.get((channel, event_id), {})
+        return frozenset(kind for kind, entry in entries.items() if entry.redriven_by is None)
 
     async def record(
         self, channel: str, event_id: str, kind: str, *, reason: str, attempts: int
     ) -> None:
         await asyncio.sleep(0)
         self._check("record")
-        self.entries.setdefault((channel, event_id), {}).setdefault(
-            kind, ParkEntry(reason, attempts)
-        )
+        entries = self.entries.setdefault((channel, event_id), {})
+        if kind not in entries or entries[kind].redriven_by is not None:
+            entries[kind] = ParkEntry(reason, attempts)
+
+    async def redriven(
+        self, event_ids: Sequence[str], *, actor: str, reason: str | None = None
+    ) -> int:
+        """Lift the parks of ``event_ids`` in every channel; how many were lifted."""
+        await asyncio.sleep(0)
+        self._check("redriven")
+        lifted = 0
+        for (_, event_id), entries in self.entries.items():
+            if event_id not in event_ids:
+                continue
+            for kind, entry in entries.items():
+                if entry.redriven_by is None:
+                    entries[kind] = attrs.evolve(entry, redriven_by=actor, redrive_reason=reason)
+                    lifted += 1
+        return lifted
+
+    def lift(self, channel: str, event_id: str) -> dict[str, ParkEntry]:
+        """Remove and return the lifted parks of ``event_id`` in ``channel``."""
+        entries = self.entries.get((channel, event_id), {})
+        lifted = {kind: e for kind, e in entries.items() if e.redriven_by is not None}
+        for kind in lifted:
+            del entries[kind]
+        return lifted
 
     def _check(self, doing: str) -> None:
         if self.store is not None:

@@ -20,7 +20,8 @@ __all__ = ["REDRIVE_HINT", "parked_report"]
 
 #: How an operator puts a parked event back (said wherever parked events are listed).
 REDRIVE_HINT: Final = (
-    "parked events are put back through the broker: outbox dlq redrive --topic TOPIC [ID...]"
+    "parked events are put back through the broker, once the cause is fixed:"
+    " outbox dlq redrive --topic TOPIC --database-url URL [ID...]"
 )
 
 _GROUPS: Final = """

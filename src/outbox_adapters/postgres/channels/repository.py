@@ -22,6 +22,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table
 
+from outbox_adapters.postgres.channels.redrive import mark_redriven, rearm_redriven
 from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.errors import mapped_outages
 from outbox_adapters.postgres.tables import check_queue_table, outbox_message
@@ -47,14 +48,20 @@ FROM {table}
 WHERE lane = %(lane)s AND idempotency_key = ANY(%(keys)s) AND idempotency_key IS NOT NULL
 """
 
+# A park that ``outbox dlq redrive`` lifted (redriven_at set) no longer counts: parked again if
+# the event still cannot be delivered, the entry overwritten (a new park, a new DLQ copy).
 _PARKED: Final = """
-SELECT kind FROM outbox_channel_parked WHERE channel = %(channel)s AND event_id = %(event_id)s
+SELECT kind FROM outbox_channel_parked
+WHERE channel = %(channel)s AND event_id = %(event_id)s AND redriven_at IS NULL
 """
 
 _PARK: Final = """
 INSERT INTO outbox_channel_parked (channel, event_id, kind, reason, attempts)
 VALUES (%(channel)s, %(event_id)s, %(kind)s, %(reason)s, %(attempts)s)
-ON CONFLICT (channel, event_id, kind) DO NOTHING
+ON CONFLICT (channel, event_id, kind) DO UPDATE
+SET reason = EXCLUDED.reason, attempts = EXCLUDED.attempts, parked_at = now(),
+    redriven_at = NULL, redriven_by = NULL, redrive_reason = NULL
+WHERE outbox_channel_parked.redriven_at IS NOT NULL
 """
 
 _NOTIFY: Final = """
@@ -101,6 +108,16 @@ class RecipientRows:
             for key, status, attempts, last_error, wait in found
         }
 
+    @mapped_outages
+    async def rearm(self, channel: str, event_id: str) -> frozenset[str]:
+        """Put back to pending the failed rows of ``event_id`` whose park ``outbox dlq redrive``
+        lifted for ``channel`` (audited with who redrove it and why), and drop those parks, in one
+        transaction; the kinds re-armed (:mod:`outbox_adapters.postgres.channels.redrive`)."""
+        async with self._pool.connection() as conn, conn.transaction():
+            return await rearm_redriven(
+                conn, self.table, lane=self.lane, channel=channel, event_id=event_id
+            )
+
 
 class PostgresParkLedger:
     """``lanes.consumer.ParkLedger`` on ``outbox_channel_parked``."""
@@ -113,6 +130,15 @@ class PostgresParkLedger:
         async with self._pool.connection() as conn:
             cursor = await conn.execute(_PARKED, {"channel": channel, "event_id": event_id})
             return frozenset(kind for (kind,) in await cursor.fetchall())
+
+    @mapped_outages
+    async def redriven(
+        self, event_ids: Sequence[str], *, actor: str, reason: str | None = None
+    ) -> int:
+        """Lift the parks of ``event_ids`` in every channel (``outbox dlq redrive``, before the
+        events go back on their topic); how many parks were lifted."""
+        async with self._pool.connection() as conn, conn.transaction():
+            return await mark_redriven(conn, event_ids, actor=actor, reason=reason)
 
     @mapped_outages
     async def record(

@@ -31,7 +31,7 @@ from sqlalchemy import (
     func,
 )
 
-from outbox_adapters.postgres.tables import metadata
+from outbox_adapters.postgres.tables import ADDED_LATER, metadata
 
 __all__ = ["AUDIENCES", "outbox_channel_parked", "outbox_notification"]
 
@@ -85,4 +85,10 @@ outbox_channel_parked: Final = Table(
     Column("reason", Text, nullable=False),
     Column("attempts", Integer, nullable=False),
     Column("parked_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    #: Set by ``outbox dlq redrive``: the event was put back, so the park no longer holds; the
+    #: channel re-arms the kind's failed row (requeued, audited) when the event comes back.
+    Column("redriven_at", DateTime(timezone=True), nullable=True, info={ADDED_LATER: True}),
+    #: Who redrove it, and why (kept in the requeue audit beside the re-armed row).
+    Column("redriven_by", Text, nullable=True, info={ADDED_LATER: True}),
+    Column("redrive_reason", Text, nullable=True, info={ADDED_LATER: True}),
 )
