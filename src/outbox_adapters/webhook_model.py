@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -45,6 +45,7 @@ __all__ = [
     "Endpoint",
     "FanOut",
     "Missed",
+    "Notice",
     "Replay",
     "WebhookRefused",
     "check_endpoint_url",
@@ -60,6 +61,7 @@ __all__ = [
     "health_reason",
     "new_msg_id",
     "notice_key",
+    "owner_message",
     "receives",
     "refused_disabled",
     "refused_no_endpoint",
@@ -221,6 +223,22 @@ def health_reason(window: timedelta) -> str:
 def notice_key(endpoint: Endpoint) -> str:
     """The idempotency key of the owner's notice of one disable: one disable tells once."""
     return f"webhook-endpoint-{endpoint.id}-disabled-{endpoint.disabled_at:%Y%m%dT%H%M%S.%f%z}"
+
+
+#: What a host gives to tell a disabled endpoint's owner: the e-mail to enqueue, or ``None``.
+Notice = Callable[["Endpoint"], NewMessage | None]
+
+
+def owner_message(endpoint: Endpoint, notice: Notice | None) -> NewMessage | None:
+    """The message ``notice`` builds for a just-disabled ``endpoint``, keyed
+    :func:`notice_key` unless it has a key of its own (so one disable tells once); ``None`` when
+    there is no notice or it has nothing to send."""
+    message = None if notice is None else notice(endpoint)
+    if message is None:
+        return None
+    if message.idempotency_key is None:
+        message = attrs.evolve(message, idempotency_key=notice_key(endpoint))
+    return message
 
 
 def receives(event_types: Sequence[str], event_type: str) -> bool:

@@ -24,7 +24,7 @@ from datetime import timedelta
 import attrs
 import pytest
 from tests.support.contract import VIA
-from tests.support.webhooks import BIRTH, new_secret, token
+from tests.support.webhooks import BIRTH, new_secret, notice_for, token
 
 from outbox_adapters.webhook_model import DELIVERY_LANE, WEBHOOK_LANE, Endpoint, WebhookRefused
 from outbox_core.delivery import Status
@@ -311,6 +311,40 @@ async def test_a_410_mark_disables_the_endpoint_in_the_mark_s_own_step(wh, via, 
     assert not target.enabled
 
 
+@VIA
+async def test_a_410_disable_tells_the_endpoint_s_owner_once_in_the_mark_s_step(
+    wh, via, monkeypatch
+):
+    sick = await wh.endpoint("invoice.paid", owner_email="owner@example.org")
+    await wh.endpoint("invoice.paid")  # no owner: nobody to tell
+    fans = [await wh.drained(invoice=n) for n in range(3)]
+    to_sick = [d for fan in fans for d in fan.deliveries if d.payload["endpoint_id"] == sick]
+    others = [d for fan in fans for d in fan.deliveries if d.payload["endpoint_id"] != sick]
+    assert (len(to_sick), len(others)) == (3, 3)
+    # One step: a notice that cannot be enqueued leaves the mark and the endpoint as they were.
+    with monkeypatch.context() as patch:
+        wh.failing_notice(patch)
+        with pytest.raises(Exception, match="simulated_failure"):
+            await mark(wh, via, gone(to_sick[0]))
+    assert (await status_of(wh.deliveries, to_sick[0].id))[0] is Status.PENDING
+    assert (await wh.repo.endpoint(sick)).enabled
+    assert await wh.mails() == []
+
+    assert await mark(wh, via, gone(to_sick[0])) is MarkResult.APPLIED
+    ((payload, key),) = await wh.mails()
+    assert payload["to"] == ["owner@example.org"]
+    assert payload["text"] == "HTTP 410 Gone: the receiver removed this endpoint"
+    assert key.startswith(f"webhook-endpoint-{sick}-disabled-")
+    # Later 410s of the same endpoint fail their deliveries; the owner was told once.
+    assert await mark(wh, via, gone(to_sick[1])) is MarkResult.APPLIED
+    assert await mark(wh, via, gone(to_sick[2])) is MarkResult.APPLIED
+    assert len(await wh.mails()) == 1
+    # An endpoint without an owner is disabled and nobody is told.
+    assert await mark(wh, via, gone(others[0])) is MarkResult.APPLIED
+    assert not (await wh.repo.endpoint(others[0].payload["endpoint_id"])).enabled
+    assert len(await wh.mails()) == 1
+
+
 async def test_the_marks_patch_the_status_code_and_snippet_into_the_payload_and_the_report_groups_them(
     wh,
 ):
@@ -543,16 +577,6 @@ async def test_a_rotated_secret_signs_beside_the_new_one_during_the_overlap_and_
 
 
 # --- endpoint health (B6) -------------------------------------------------------------------------
-
-
-def notice_for(endpoint: Endpoint) -> NewMessage | None:
-    if endpoint.owner_email is None:
-        return None
-    return NewMessage(
-        "email",
-        {"to": [endpoint.owner_email], "subject": f"endpoint {endpoint.id} disabled",
-         "text": endpoint.disabled_reason or ""},
-    )  # fmt: skip
 
 
 async def test_an_endpoint_failing_without_a_success_for_the_window_is_disabled_and_its_owner_told_once(

@@ -83,25 +83,37 @@ async def test_every_event_reaches_every_subscribed_endpoint_once_signed_and_rec
     assert await wh.rows("SELECT count(*) FROM outbox_stale_marks") == [(0,)]
 
 
-async def test_a_410_fails_the_delivery_disables_the_endpoint_and_later_events_skip_it(
+async def test_a_410_fails_the_delivery_disables_the_endpoint_tells_its_owner_once_and_later_events_skip_it(
     wh: Webhooks,
 ) -> None:
-    with HttpReceiver(Reply.status(410)) as gone:
-        endpoint = await wh.repo.add_endpoint(gone.url(), ["invoice.paid"], secret=new_secret())
+    with HttpReceiver(then=Reply.status(410)) as gone:
+        endpoint = await wh.repo.add_endpoint(
+            gone.url(), ["invoice.paid"], secret=new_secret(), owner_email="owner@example.org"
+        )
         await wh.enqueue("invoice.paid", invoice=1)
+        await wh.enqueue("invoice.paid", invoice=2)
         async with HttpxWebhookSender(GUARD) as sender:
             await workers(wh, sender).run(drain=True)
             after = await wh.repo.endpoint(endpoint.id)
             assert after is not None
             assert not after.enabled
             assert after.disabled_reason == "endpoint gone (status 410)"
-            await wh.enqueue("invoice.paid", invoice=2)
+            await wh.enqueue("invoice.paid", invoice=3)
             await workers(wh, sender).run(drain=True)
-        assert len(gone.requests) == 1
-    assert await wh.rows("SELECT status, last_error FROM outbox_webhook_delivery") == [
-        ("failed", "endpoint gone (status 410)")
-    ]
-    assert await wh.rows("SELECT count(*) FROM outbox_webhook_event") == [(2,)]
+        posted = len(gone.requests)
+    # The two first attempts may both have been sent; one sent after the disable is skipped.
+    delivered = await wh.rows("SELECT status, last_error FROM outbox_webhook_delivery ORDER BY 1")
+    assert (
+        delivered
+        == [("dispatched", None)] * (2 - posted)
+        + [("failed", "endpoint gone (status 410)")] * posted
+    )
+    assert await wh.rows("SELECT count(*) FROM outbox_webhook_event") == [(3,)]
+    # The owner is told once, through the e-mail outbox, by the lane's own notice.
+    ((payload, key),) = await wh.rows("SELECT payload, idempotency_key FROM outbox_message")
+    assert payload["to"] == "owner@example.org"
+    assert payload["reason"] == "endpoint gone (status 410)"
+    assert key.startswith(f"webhook-endpoint-{endpoint.id}-disabled-")
 
 
 async def test_a_500_is_retried_by_the_retry_lane_on_the_schedule_and_then_delivered(

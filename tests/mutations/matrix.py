@@ -27,6 +27,7 @@ from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.postgres import operator_statements, statements
 from outbox_adapters.postgres import retention as _retention
+from outbox_adapters.postgres import store as _postgres_store
 from outbox_adapters.postgres.channels import feed as _feed_sql
 from outbox_adapters.postgres.channels import redrive as _channel_redrive
 from outbox_adapters.postgres.tables import outbox_message
@@ -798,6 +799,41 @@ MUTANTS += (
         _webhook_replace(
             "UNHEALTHY_ENDPOINTS", "AND d.last_error NOT LIKE %(not_theirs)s", "AND true"
         ),
+    ),
+)
+
+
+def _untold(_endpoint: Any, _notice: Any) -> None:
+    """The mutant of the store's owner_message: a 410 disable builds no notice."""
+
+
+DRAINER_CLAIM = "tests/integration/test_webhook_drainer_claim.py"
+
+MUTANTS += (
+    Mutant(
+        "drainer-claim-no-lease-stamp",
+        "lease stamp in the webhook-outbox drainer's claim",
+        "drop the lease stamp from CLAIM (as the drainer runs it on outbox_webhook)",
+        f"{DRAINER_CLAIM}::test_two_drainers_claiming_at_once_take_every_webhook_outbox_row_exactly_once",
+        _replace(
+            "CLAIM",
+            "next_attempt_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,",
+            "",
+        ),
+    ),
+    Mutant(
+        "drainer-claim-no-skip-locked",
+        "FOR UPDATE SKIP LOCKED in the webhook-outbox drainer's claim",
+        "keep FOR UPDATE without SKIP LOCKED",
+        f"{DRAINER_CLAIM}::test_the_drainer_s_claim_passes_over_rows_a_sibling_holds_and_takes_them_after",
+        _replace("CLAIM", "FOR UPDATE SKIP LOCKED", "FOR UPDATE"),
+    ),
+    Mutant(
+        "gone-disable-untold",
+        "a 410 disable tells the endpoint's owner, in the mark's transaction",
+        "the deliveries store disables the endpoint and enqueues no notice",
+        f"{WEBHOOK_CONTRACT}::test_a_410_disable_tells_the_endpoint_s_owner_once_in_the_mark_s_step[postgres-mark_if_pending]",
+        (_postgres_store, "owner_message", _untold),
     ),
 )
 

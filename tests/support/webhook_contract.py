@@ -11,9 +11,9 @@ Besides :class:`~tests.support.webhooks.WebhookSteps` (``repo``, ``outbox``, ``d
 - ``await age_deliveries(days)``: every delivery's creation and resolution moved ``days`` back
   (what a health window needs; PostgreSQL: an UPDATE, memory: the rows' stamps);
 - ``await mails()``: the e-mail outbox as ``(payload, idempotency_key)``;
-- ``interrupted_replay(patch)`` and ``failing_disable(patch)``: context managers under which the
-  replay's second step, or a 410 mark's endpoint disable, fails (``patch`` is a
-  ``MonkeyPatch.context()``).
+- ``interrupted_replay(patch)``, ``failing_disable(patch)`` and ``failing_notice(patch)``: under
+  them the replay's second step, a 410 mark's endpoint disable, or the owner's notice of that
+  disable fails (``patch`` is a ``MonkeyPatch.context()``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from tests.support.webhooks import Webhooks, WebhookSteps, webhooks
+from tests.support.webhooks import Webhooks, WebhookSteps, notice_for, webhooks
 
 from outbox_adapters.clock import FakeClock
 from outbox_adapters.memory import MemoryStore, MemoryWebhookRepository
@@ -55,7 +55,9 @@ class MemoryWebhooks(WebhookSteps):
         self.outbox = MemoryStore(self.clock)
         self.deliveries = MemoryStore(self.clock)
         self.email = MemoryStore(self.clock)
-        self.repo = MemoryWebhookRepository(self.outbox, self.deliveries, email_store=self.email)
+        self.repo = MemoryWebhookRepository(
+            self.outbox, self.deliveries, email_store=self.email, gone_notice=notice_for
+        )
         self.secrets = {}
 
     async def enqueue(self, event_type: str = "invoice.paid", **data: Any) -> int:
@@ -96,6 +98,9 @@ class MemoryWebhooks(WebhookSteps):
 
     def failing_disable(self, patch: pytest.MonkeyPatch) -> None:
         patch.setattr(MemoryEndpointOps, "_disable", _failing)
+
+    def failing_notice(self, patch: pytest.MonkeyPatch) -> None:
+        patch.setattr(self.repo, "gone_notice", _failing)
 
 
 class PostgresWebhooks(Webhooks):
@@ -145,6 +150,10 @@ class PostgresWebhooks(Webhooks):
 
     def failing_disable(self, patch: pytest.MonkeyPatch) -> None:
         patch.setattr(statements, "DISABLE_ENDPOINTS", "SELECT simulated_failure()")
+
+    def failing_notice(self, patch: pytest.MonkeyPatch) -> None:
+        # Raised after the mark and the disable ran, inside their transaction.
+        patch.setattr(self.deliveries, "_endpoint_notice", _failing)
 
 
 @asynccontextmanager

@@ -22,6 +22,7 @@ from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.webhooks import (
     DELIVERY_LANE,
     WEBHOOK_LANE,
+    Endpoint,
     FanOut,
     WebhookRepository,
     enqueue_webhook_async,
@@ -29,7 +30,7 @@ from outbox_adapters.postgres.webhooks import (
     outbox_webhook_delivery,
 )
 from outbox_core.backoff import SlotSchedule
-from outbox_core.messages import ClaimedRow, ClaimToken
+from outbox_core.messages import ClaimedRow, ClaimToken, NewMessage
 from outbox_core.ports import ClaimRequest
 from outbox_core.signing import WebhookSecret
 from outbox_core.webhook_timing import WebhookTiming
@@ -114,6 +115,17 @@ class Webhooks(WebhookSteps):
         return found
 
 
+def notice_for(endpoint: Endpoint) -> NewMessage | None:
+    """The owner's notice of a disabled endpoint, as the tests' stores and sweeps send it."""
+    if endpoint.owner_email is None:
+        return None
+    return NewMessage(
+        "email",
+        {"to": [endpoint.owner_email], "subject": f"endpoint {endpoint.id} disabled",
+         "text": endpoint.disabled_reason or ""},
+    )  # fmt: skip
+
+
 @asynccontextmanager
 async def webhooks(dsn: str) -> AsyncIterator[Webhooks]:
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
@@ -128,5 +140,7 @@ async def webhooks(dsn: str) -> AsyncIterator[Webhooks]:
             pool=pool,
             repo=WebhookRepository(pool),
             outbox=PostgresStore(pool, table=outbox_webhook),
-            deliveries=PostgresStore(pool, table=outbox_webhook_delivery),
+            deliveries=PostgresStore(
+                pool, table=outbox_webhook_delivery, endpoint_notice=notice_for
+            ),
         )

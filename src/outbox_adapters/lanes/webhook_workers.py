@@ -128,7 +128,7 @@ class WebhookWorkers:
         self._notice = notice
         self._stopping = asyncio.Event()
         self._disabled = 0
-        deliveries = PostgresStore(pool, table=outbox_webhook_delivery)
+        deliveries = PostgresStore(pool, table=outbox_webhook_delivery, endpoint_notice=notice)
         outbox = PostgresStore(pool, table=outbox_webhook)
         self._stores = (outbox, deliveries)
         attempt = DeliveryHandler(self.repository, sender, clock=self.clock)

@@ -34,6 +34,7 @@ from outbox_adapters.webhook_model import (
     DeliveryReport,
     Endpoint,
     Missed,
+    Notice,
     check_endpoint_url,
     check_event_types,
     check_overlap,
@@ -41,7 +42,7 @@ from outbox_adapters.webhook_model import (
     check_reason,
     check_window,
     health_reason,
-    notice_key,
+    owner_message,
     receives,
     refused_no_endpoint,
     status_code,
@@ -94,6 +95,8 @@ class MemoryEndpointOps:
     outbox_store: MemoryStore
     delivery_store: MemoryStore
     email_store: MemoryStore | None
+    #: What a 410 disable enqueues for the endpoint's owner (``None``: nothing).
+    gone_notice: Notice | None
     _clock: Clock
     _endpoints: dict[int, Endpoint]
     _secrets: dict[int, list[_Secret]]
@@ -139,22 +142,43 @@ class MemoryEndpointOps:
         ]
 
     def _gone(self, delivery_id: int, reason: str | None) -> None:
-        """A 410 mark applied (under the deliveries store's lock): disable its endpoint."""
+        """A 410 mark applied (under the deliveries store's lock): disable its endpoint and, when
+        this disabled it, enqueue its owner's notice (``gone_notice``) in the same step."""
         ref = self._refs.get(delivery_id)
-        if ref is not None:
-            self._disable(ref[1], reason or "HTTP 410 Gone", at=self._clock.now())
-
-    def _disable(self, endpoint_id: int, reason: str, *, at: datetime) -> Endpoint:
-        endpoint = self._endpoints[endpoint_id]
-        if endpoint.enabled:  # a disabled endpoint keeps its first reason and time
-            endpoint = attrs.evolve(
-                endpoint,
-                enabled=False,
-                disabled_reason=reason,
-                disabled_at=at,
-                updated_at=self._clock.now(),
+        if ref is not None and self._endpoints[ref[1]].enabled:
+            endpoint = self._disable(
+                ref[1], reason or "HTTP 410 Gone", at=self._clock.now(), notice=self.gone_notice
             )
-            self._endpoints[endpoint_id] = endpoint
+            _log.warning("webhook endpoint %s disabled: %s", endpoint.id, endpoint.disabled_reason)
+
+    def _notice_message(self, endpoint: Endpoint, notice: Notice | None) -> NewMessage | None:
+        """The owner's notice of ``endpoint``'s disable, checked before anything is written."""
+        message = owner_message(endpoint, notice)
+        if message is not None:
+            payload_json(message.payload)  # refused now, before anything is written
+            if self.email_store is None:
+                raise ConfigurationError(
+                    "a disabled endpoint's owner has a notice to enqueue, but the webhook"
+                    " repository was given no e-mail store (MemoryWebhookRepository(email_store=...))"
+                )
+        return message
+
+    def _disable(
+        self, endpoint_id: int, reason: str, *, at: datetime, notice: Notice | None = None
+    ) -> Endpoint:
+        """Disable an enabled endpoint and enqueue ``notice``'s message for its owner, or neither
+        (a notice that raises writes nothing); a disabled one keeps its first reason and time."""
+        endpoint = self._endpoints[endpoint_id]
+        if not endpoint.enabled:
+            return endpoint
+        endpoint = attrs.evolve(
+            endpoint, enabled=False, disabled_reason=reason, disabled_at=at,
+            updated_at=self._clock.now(),
+        )  # fmt: skip
+        message = self._notice_message(endpoint, notice)
+        self._endpoints[endpoint_id] = endpoint
+        if message is not None and self.email_store is not None:
+            self.email_store.enqueue(message)
         return endpoint
 
     # --- endpoints and secrets -------------------------------------------------------------------
@@ -282,17 +306,7 @@ class MemoryEndpointOps:
                     self._endpoints[endpoint_id], enabled=False, disabled_reason=reason,
                     disabled_at=at, updated_at=self._clock.now(),
                 )  # fmt: skip
-                message = notice(endpoint)
-                if message is not None:
-                    payload_json(message.payload)  # refused now, before anything is written
-                    if self.email_store is None:
-                        raise ConfigurationError(
-                            "the health sweep has an owner's notice to enqueue, but the webhook"
-                            " repository was given no e-mail store (MemoryWebhookRepository(email=...))"
-                        )
-                    if message.idempotency_key is None:
-                        message = attrs.evolve(message, idempotency_key=notice_key(endpoint))
-                told.append((endpoint, message))
+                told.append((endpoint, self._notice_message(endpoint, notice)))
             for endpoint, message in told:
                 self._endpoints[endpoint.id] = endpoint
                 if message is not None and self.email_store is not None:

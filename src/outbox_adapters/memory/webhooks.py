@@ -48,6 +48,7 @@ from outbox_adapters.webhook_model import (
     DELIVERY_LANE,
     DeliveryTarget,
     FanOut,
+    Notice,
     Replay,
     check_replay_target,
     event_body,
@@ -67,8 +68,10 @@ __all__ = ["MemoryWebhookRepository", "WebhookEvent"]
 
 class MemoryWebhookRepository(MemoryEndpointOps):
     """The webhook model over the caller's stores: ``outbox_store`` (the webhook outbox),
-    ``delivery_store`` (the deliveries; it then takes 410 marks) and, for the health sweep's
-    notices, ``email_store`` (PostgreSQL: ``outbox_message``). One store may serve several."""
+    ``delivery_store`` (the deliveries; it then takes 410 marks) and, for the owners' notices,
+    ``email_store`` (PostgreSQL: ``outbox_message``). One store may serve several.
+    ``gone_notice``: what a 410 disable enqueues for the endpoint's owner, as the PostgreSQL
+    deliveries store's ``endpoint_notice`` (the health sweep takes its notice per call)."""
 
     def __init__(
         self,
@@ -76,10 +79,12 @@ class MemoryWebhookRepository(MemoryEndpointOps):
         delivery_store: MemoryStore,
         *,
         email_store: MemoryStore | None = None,
+        gone_notice: Notice | None = None,
     ) -> None:
         self.outbox_store = outbox_store
         self.delivery_store = delivery_store
         self.email_store = email_store
+        self.gone_notice = gone_notice
         self._clock = delivery_store._clock  # noqa: SLF001 - the "database" clock
         self._endpoints = {}
         self._secrets = {}

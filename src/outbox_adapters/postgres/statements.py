@@ -370,7 +370,9 @@ SELECT id FROM marked
 #: What a failed mark with ``Mark.disable_endpoint`` (HTTP 410 Gone) adds, in the MARK's own
 #: transaction and only for the rows whose mark applied: the endpoint each row delivers to is
 #: disabled, with the mark's reason. Only a queue table with an ``endpoint_id`` column takes it
-#: (the webhook deliveries); an endpoint already disabled keeps its first reason and time.
+#: (the webhook deliveries); an endpoint already disabled keeps its first reason and time. It
+#: returns each endpoint it disabled (once, however many of the marks deliver to it): the store
+#: enqueues the owner's notice for those, in the same transaction.
 DISABLE_ENDPOINTS = """
 UPDATE outbox_webhook_endpoint AS e
 SET enabled = false,
@@ -381,7 +383,8 @@ FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS v(id, reason)
 JOIN {queue} AS d ON d.id = v.id
 WHERE e.id = d.endpoint_id
   AND e.enabled
-RETURNING e.id
+RETURNING e.id, e.url, e.event_types, e.enabled, e.owner_email, e.disabled_reason,
+          e.disabled_at, e.created_at, e.updated_at
 """
 
 #: Give back a claimed row that was never started (graceful shutdown): due now, the claim's

@@ -27,7 +27,10 @@ transaction open across a send.
   database time, like the lease.
 - A failed mark with ``Mark.disable_endpoint`` (a webhook receiver answered 410 Gone) runs the same
   ``MARK`` and, only when it applied, ``DISABLE_ENDPOINTS`` for its row, both in ONE transaction:
-  the endpoint is disabled with the delivery's failure or not at all. Only a table with an
+  the endpoint is disabled with the delivery's failure or not at all. The store built with
+  ``endpoint_notice`` (the webhook lane's is the owner's e-mail) enqueues the notice of each
+  endpoint it disabled into ``outbox_message`` in that same transaction, once per disable, as the
+  endpoint-health sweep does (ADR 0018). Only a table with an
   ``endpoint_id`` column takes such a mark; any other store refuses it with
   :class:`~outbox_core.errors.ConfigurationError` before writing anything. A plain mark stays one
   statement.
@@ -55,10 +58,12 @@ from types import TracebackType
 from typing import Any, Self
 
 from psycopg import AsyncConnection
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table
 
 from outbox_adapters.postgres import statements
+from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.errors import mapped_outages
 from outbox_adapters.postgres.marks import (
     check_disable,
@@ -83,6 +88,7 @@ from outbox_adapters.store_rules import (
     coerce_row_id,
     count_mark,
 )
+from outbox_adapters.webhook_model import Endpoint, Notice, owner_message
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, RowId, usable_trace_context
 from outbox_core.operator import (
     StoreStats,
@@ -105,7 +111,9 @@ class PostgresStore(OperatorQueries):
     :meth:`close`, or ``async with``, closes it). ``table`` is the queue table it serves (default
     ``outbox_message``); a table not built by ``queue_table()`` is refused with
     :class:`~outbox_core.errors.ConfigurationError`. Size the pool for one claim plus the marks in
-    flight: marks run on connections of their own. Nothing is done in the constructor.
+    flight: marks run on connections of their own. ``endpoint_notice`` (the webhook deliveries'
+    store only): what a 410 disable enqueues for the endpoint's owner. Nothing is done in the
+    constructor.
     """
 
     def __init__(
@@ -114,9 +122,12 @@ class PostgresStore(OperatorQueries):
         *,
         table: Table = outbox_message,
         owns_pool: bool = False,
+        endpoint_notice: Notice | None = None,
     ) -> None:
         self._table = check_queue_table(table)
         self._pool = pool
+        #: The webhook deliveries' store: what tells an endpoint's owner that a 410 disabled it.
+        self._endpoint_notice = endpoint_notice
         self._owns_pool = owns_pool
         self._runner = StatementRunner(pool)
         #: Counters since the store was built.
@@ -240,10 +251,19 @@ class PostgresStore(OperatorQueries):
         return count_mark(self.stats, applied=applied)
 
     async def _disable_endpoints(self, conn: AsyncConnection[Any], marks: Sequence[Mark]) -> None:
-        """In the caller's transaction: disable the endpoints of ``marks`` (all applied)."""
+        """In the caller's transaction: disable the endpoints of ``marks`` (all applied) and
+        enqueue the owner's notice of each endpoint this disabled (``endpoint_notice``)."""
         params = disable_params(marks)
-        if params is not None:
-            await conn.execute(self._sql(statements.DISABLE_ENDPOINTS), params)
+        if params is None:
+            return
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(self._sql(statements.DISABLE_ENDPOINTS), params)
+        for record in await cur.fetchall():
+            endpoint = Endpoint.from_record(record)
+            _log.warning("webhook endpoint %s disabled: %s", endpoint.id, endpoint.disabled_reason)
+            message = owner_message(endpoint, self._endpoint_notice)
+            if message is not None:
+                await enqueue_async(conn, message)
 
     @mapped_outages
     async def mark_many(self, marks: Sequence[Mark]) -> list[MarkResult]:

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-import attrs
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -33,7 +32,7 @@ from outbox_adapters.webhook_model import (
     check_reason,
     check_window,
     health_reason,
-    notice_key,
+    owner_message,
     refused_no_endpoint,
     status_code,
 )
@@ -218,10 +217,8 @@ class EndpointOps:
                 assert record is not None  # noqa: S101 - locked and enabled
                 endpoint = Endpoint.from_record(record)
                 disabled.append(endpoint)
-                message = notice(endpoint)
+                message = owner_message(endpoint, notice)
                 if message is not None:
-                    if message.idempotency_key is None:
-                        message = attrs.evolve(message, idempotency_key=notice_key(endpoint))
                     await enqueue_async(conn, message)
         for endpoint in disabled:
             _log.warning("webhook endpoint %s disabled: %s", endpoint.id, endpoint.disabled_reason)
