@@ -44,14 +44,17 @@ import nats
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from bench.library import DRAIN_POLL, connection_budget, noop_handler
+from bench import rows
+from bench.library import DRAIN_POLL, connection_budget, drain_library, lane_config, noop_handler
 from bench.server import fresh_database
 from bench.settings import Sizes
 from bench.sink_process import SinkProcess
 from bench.stats import Figure, ratio, rotation
 from outbox_adapters.brokers import NatsBroker
 from outbox_adapters.brokers.embedded import find_nats
-from outbox_adapters.lanes.channel_workers import EmailChannelWorkers
+from outbox_adapters.clock import SystemClock
+from outbox_adapters.lanes.channel_workers import ChannelTiming, EmailChannelWorkers
+from outbox_adapters.lanes.email import EmailHandler
 from outbox_adapters.lanes.email_channel import (
     EMAIL_CHANNEL_GROUP,
     email_channel_lane,
@@ -397,26 +400,66 @@ async def _consume_once(
         await broker.aclose()
 
 
+async def _email_lane_once(dsn: str, sink: SinkProcess, *, emails: int) -> float:
+    """The e-mail lane alone on the same sink and settings as the channel's lane: ``emails`` rows
+    written before the clock starts, drained by one worker (batch, rows in flight, grouped marks
+    and SMTP sessions as the channel's); the seconds until every row is marked."""
+    rows.reset(dsn)
+    rows.load_pending(dsn, emails)
+    async with SmtpMailer(_smtp(sink)) as mailer:
+        handler = EmailHandler(mailer, sender=SENDER, clock=SystemClock())
+        done, seconds = await drain_library(
+            dsn,
+            workers=1,
+            config=lane_config(BATCH, rows_in_flight=IN_FLIGHT, group_marks=True),
+            pool=min(6, connection_budget(dsn)),
+            handler=handler,
+        )
+    if done != emails:
+        raise RuntimeError(f"relay consumer baseline: {done} e-mails sent, expected {emails}")
+    rows.verify_drain(dsn, emails, what="relay consumer baseline (the e-mail lane alone)")
+    return seconds
+
+
 async def _measure_consumer(
     dsn: str, url: str, events: int, runs: int, log: Callable[[str], None]
 ) -> dict[str, Any]:
     rates: list[float] = []
+    lane_rates: list[float] = []
     with SinkProcess() as sink:
         for run in range(runs):
-            seconds = await _consume_once(dsn, url, sink, run=run, events=events)
-            rates.append(events / seconds)
-            log(
-                f"relay consumer run {run + 1}: {events / seconds:,.0f} events/s"
-                f" ({2 * events / seconds:,.0f} e-mails/s)"
-            )
+            # The two in turn, so a shared machine's load falls on both alike.
+            order = ("channel", "lane") if run % 2 == 0 else ("lane", "channel")
+            for which in order:
+                if which == "channel":
+                    seconds = await _consume_once(dsn, url, sink, run=run, events=events)
+                    rates.append(events / seconds)
+                    log(
+                        f"relay consumer run {run + 1}: {events / seconds:,.0f} events/s"
+                        f" ({2 * events / seconds:,.0f} e-mails/s)"
+                    )
+                else:
+                    seconds = await _email_lane_once(dsn, sink, emails=2 * events)
+                    lane_rates.append(2 * events / seconds)
+                    log(
+                        f"relay consumer run {run + 1}: the e-mail lane alone"
+                        f" {2 * events / seconds:,.0f} e-mails/s"
+                    )
     figure = Figure.of(rates, "events/s")
+    emails = Figure.of([2 * r for r in rates], "e-mails/s")
+    lane = Figure.of(lane_rates, "e-mails/s")
     return {
         "consumer_events": events,
         "consumer_email_events_per_s": figure,
-        "consumer_emails_per_s": Figure.of([2 * r for r in rates], "e-mails/s"),
+        "consumer_emails_per_s": emails,
+        "email_lane_alone_emails_per_s": lane,
+        "consumer_vs_email_lane": ratio(emails, lane),
         "consumer_variant": "EmailChannelWorkers (group notification-email, ChannelTiming"
-        f" defaults) + its e-mail lane's worker: batch {BATCH}, rows_in_flight={IN_FLIGHT}, group_marks,"
+        f" defaults: {ChannelTiming().in_flight} deliveries handled at once) + its e-mail lane's"
+        f" worker: batch {BATCH}, rows_in_flight={IN_FLIGHT}, group_marks,"
         f" poll {CONSUMER_POLL * 1000:g} ms, {IN_FLIGHT} SMTP sessions; 2 e-mails per event"
         " (tenant_welcome, owner_notify) to a STARTTLS sink in its own process; the events"
-        " published before the clock starts",
+        " published before the clock starts. Baseline: the e-mail lane alone, the same number"
+        " of e-mails written before the clock starts, the same worker settings and sink, run in"
+        " turn with the channel",
     }

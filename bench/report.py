@@ -281,6 +281,8 @@ def _relay(r: Mapping[str, Any]) -> list[str]:
             f"Consumer to e-mail: {_cell(r, 'relay.consumer_email_events_per_s')} events/s"
             f" ({_cell(r, 'relay.consumer_emails_per_s')} e-mails/s),"
             f" {_cell(r, 'relay.consumer_events')} events per run; {_cell(r, 'relay.consumer_variant')}."
+            f" The e-mail lane alone: {_cell(r, 'relay.email_lane_alone_emails_per_s')} e-mails/s;"
+            f" channel / lane alone: {_cell(r, 'relay.consumer_vs_email_lane')} (goal ≥ 0.8)."
         ),
         "",
     ]

@@ -50,6 +50,7 @@ __all__ = [
     "RetryPause",
     "SlotSchedule",
     "check_jitter",
+    "doubling",
     "jittered",
 ]
 
@@ -77,6 +78,20 @@ def jittered(delay: timedelta, *, ratio: float, jitter: float) -> timedelta:
     """``delay`` spread by +/- ``ratio``: jitter 0 is the shortest wait, 1 the longest."""
     check_jitter(jitter)
     return delay * (1.0 + ratio * (2.0 * jitter - 1.0))
+
+
+def doubling(step: int, *, first: timedelta, cap: timedelta) -> timedelta:
+    """``first`` doubled for each step after the first, never more than ``cap``: the wait before
+    a consumer channel looks again at an event whose recipients are still being sent, after its
+    ``step``-th delivery (a recheck is no failure and has no end: it only grows sparser)."""
+    if step < 1:
+        raise ValueError(f"step counts the deliveries so far, at least 1; got {step!r}")
+    wait = first
+    for _ in range(step - 1):
+        if wait >= cap or wait <= timedelta(0):  # at the cap, or nothing to double: done
+            break
+        wait *= 2
+    return min(wait, cap)
 
 
 def _check_attempts(attempts: int) -> None:

@@ -23,6 +23,7 @@ from outbox_adapters.lanes import consumer as _consumer
 from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.lanes import email_channel as _email_channel
 from outbox_adapters.lanes import fresh_targets as _fresh_targets
+from outbox_adapters.lanes import in_flight as _in_flight
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.postgres import operator_statements, statements
@@ -834,6 +835,27 @@ MUTANTS += (
         "the deliveries store disables the endpoint and enqueues no notice",
         f"{WEBHOOK_CONTRACT}::test_a_410_disable_tells_the_endpoint_s_owner_once_in_the_mark_s_step[postgres-mark_if_pending]",
         (_postgres_store, "owner_message", _untold),
+    ),
+)
+
+async def _unordered_run(self: Any, before: Any, work: Any) -> None:
+    """The mutant of InFlight._run: a delivery does not wait for the one of its key before it."""
+    del before
+    try:
+        await work
+    finally:
+        self._free.release()
+
+
+IN_FLIGHT = "tests/unit/test_consumer_in_flight.py"
+
+MUTANTS += (
+    Mutant(
+        "consumer-in-flight-unordered-key",
+        "a consumer's deliveries of one event key one after the other, in arrival order",
+        "InFlight runs a delivery without waiting for its key's earlier one",
+        f"{IN_FLIGHT}::test_at_most_in_flight_at_once_and_one_key_s_events_one_after_the_other_in_order[4]",
+        (_in_flight.InFlight, "_run", _unordered_run),
     ),
 )
 

@@ -24,6 +24,7 @@ from outbox_core.backoff import (
     RetryPause,
     SlotSchedule,
     check_jitter,
+    doubling,
     jittered,
 )
 from outbox_core.errors import ConfigurationError
@@ -343,3 +344,32 @@ def test_the_webhook_schedule_is_eight_attempts_over_about_27_hours_then_failed(
     assert WEBHOOK_BACKOFF.delay(8, jitter=0.5) is None
     low, high = WEBHOOK_BACKOFF.delay(2, jitter=0.0), WEBHOOK_BACKOFF.delay(2, jitter=1.0)
     assert (low, high) == (timedelta(minutes=4), timedelta(minutes=6))  # +/- 20 %
+
+
+# --- doubling: a consumer channel's rechecks ------------------------------------------------------
+
+
+def test_doubling_starts_at_first_doubles_per_step_and_stops_at_the_cap() -> None:
+    first, cap = timedelta(seconds=0.25), timedelta(seconds=30)
+    waits = [doubling(step, first=first, cap=cap).total_seconds() for step in range(1, 10)]
+    assert waits == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert doubling(10**9, first=first, cap=cap) == cap  # no overflow, no long loop
+    assert doubling(5, first=timedelta(0), cap=cap) == timedelta(0)
+    assert doubling(1, first=timedelta(seconds=40), cap=cap) == cap
+    with pytest.raises(ValueError, match="at least 1"):
+        doubling(0, first=first, cap=cap)
+
+
+@given(
+    step=st.integers(min_value=1, max_value=200),
+    first_ms=st.integers(min_value=0, max_value=60_000),
+    cap_ms=st.integers(min_value=0, max_value=600_000),
+)
+def test_doubling_never_passes_the_cap_and_never_shrinks(
+    step: int, first_ms: int, cap_ms: int
+) -> None:
+    first, cap = timedelta(milliseconds=first_ms), timedelta(milliseconds=cap_ms)
+    wait = doubling(step, first=first, cap=cap)
+    assert wait <= cap
+    assert wait >= min(first, cap)
+    assert doubling(step + 1, first=first, cap=cap) >= wait

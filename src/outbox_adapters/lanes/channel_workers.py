@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.lanes.consumer import (
+    DEFAULT_IN_FLIGHT,
     EVENT_DEADLINE,
     MAX_FAILURES,
     Channel,
@@ -73,6 +74,8 @@ class ChannelTiming:
     #: How soon an event whose rows are due or being sent is looked at again.
     recheck: timedelta = RECHECK
     recheck_cap: timedelta = RECHECK_CAP
+    #: Deliveries handled at once (those of one event key one after the other, in order).
+    in_flight: int = DEFAULT_IN_FLIGHT
 
     def consumer(
         self,
@@ -93,6 +96,7 @@ class ChannelTiming:
             publish_budget=self.publish_budget,
             drain_idle=self.drain_idle,
             max_failures=self.max_failures,
+            in_flight=self.in_flight,
         )
 
 

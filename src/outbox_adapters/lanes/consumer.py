@@ -38,8 +38,9 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
+from outbox_adapters.lanes.in_flight import InFlight
 from outbox_adapters.lanes.settlement import (
     EVENT_DEADLINE,
     FAILING,
@@ -64,6 +65,7 @@ from outbox_core.ports import Consumer, Publisher, ReceivedMessage
 from outbox_core.untrusted import printable
 
 __all__ = [
+    "DEFAULT_IN_FLIGHT",
     "EVENT_DEADLINE",
     "FAILING",
     "MAX_FAILURES",
@@ -80,6 +82,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger("outbox_adapters.lanes.consumer")
+
+#: Deliveries a consumer handles at once by default (one key's one after the other).
+DEFAULT_IN_FLIGHT: Final = 8
 
 
 class _NotParked(Exception):
@@ -102,6 +107,7 @@ class ChannelConsumer:
         publish_budget: timedelta = timedelta(seconds=5),
         drain_idle: timedelta = timedelta(seconds=1),
         max_failures: int = MAX_FAILURES,
+        in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> None:
         self.consumer = consumer
         self.channel = channel
@@ -118,6 +124,8 @@ class ChannelConsumer:
         #: The channel's figures (a no-op without OpenTelemetry): its deadline overruns.
         self.metrics = LaneMetrics(channel.name)
         self._stopping = asyncio.Event()
+        #: The deliveries being handled (at most ``in_flight``; one key's one after the other).
+        self._slots = InFlight(in_flight)
         #: Messages nak'd and not acknowledged since (a drain waits for them).
         self._outstanding: set[str] = set()
 
@@ -127,13 +135,19 @@ class ChannelConsumer:
 
     async def run(self, *, drain: bool = False) -> ConsumerStats:
         """Handle deliveries until :meth:`request_stop` or the consumer ends; with ``drain``, also
-        stop once every delivered event is acknowledged and nothing arrived for ``drain_idle``."""
+        stop once every delivered event is acknowledged and nothing arrived for ``drain_idle``.
+
+        Up to ``in_flight`` deliveries are handled at once, those of one event key one after the
+        other in the order they arrived (an undecodable body has no key: it waits for nothing).
+        A stop takes no new delivery and settles every one in progress before returning."""
         messages = aiter(self.consumer.messages())
         stop: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
         following: asyncio.Future[ReceivedMessage] | None = None
         try:
             while not self._stopping.is_set():
                 if following is None:
+                    if not await self._slots.taken(stop):
+                        break
                     following = asyncio.ensure_future(anext(messages))
                 idle = self.drain_idle.total_seconds() if drain else None
                 waiting: set[asyncio.Future[Any]] = {following, stop}
@@ -141,7 +155,7 @@ class ChannelConsumer:
                     waiting, timeout=idle, return_when=asyncio.FIRST_COMPLETED
                 )
                 if following not in done:
-                    if not done and not self._outstanding:
+                    if not done and not self._outstanding and not self._slots.busy:
                         break  # drained: everything acknowledged, nothing more arrived
                     continue
                 try:
@@ -150,13 +164,18 @@ class ChannelConsumer:
                     break
                 finally:
                     following = None
-                await self.handle(message)
+                self._slots.start(_event_key(message), self.handle(message))
+        except asyncio.CancelledError:
+            self._slots.cancel()  # cancelled from outside: so are the handlings in progress
+            raise
         finally:
             stop.cancel()
             if following is not None:
                 following.cancel()
                 with contextlib.suppress(BaseException):
                     await following
+            self._slots.give_back()
+            await self._slots.settled()
             closer = getattr(messages, "aclose", None)
             if closer is not None:
                 with contextlib.suppress(Exception):
@@ -342,3 +361,11 @@ class ChannelConsumer:
                 type(exc).__name__,
                 printable(str(exc)),
             )
+
+
+def _event_key(message: ReceivedMessage) -> str | None:
+    """The event key the delivery's handling is ordered by (``None``: undecodable, unordered)."""
+    try:
+        return decode_event(message.body).key
+    except InvalidPayload:
+        return None

@@ -36,6 +36,7 @@ import attrs
 
 from outbox_adapters.lanes.consumer import Parked, Settlement
 from outbox_adapters.postgres.channels import RecipientRow
+from outbox_core.backoff import doubling
 from outbox_core.delivery import Status
 from outbox_core.events import EventEnvelope
 from outbox_core.messages import NewMessage
@@ -50,8 +51,10 @@ __all__ = [
     "recipient_key",
 ]
 
-#: How soon a nak'd event is looked at again while a row is due or being sent.
-RECHECK: Final = timedelta(seconds=2)
+#: How soon an event is looked at again after its first delivery while a row is due or being
+#: sent; each later delivery waits twice as long (``outbox_core.backoff.doubling``): 0.25 s, 0.5 s,
+#: 1 s, ... up to :data:`RECHECK_CAP`. The e-mail lane usually sends a new row within the first.
+RECHECK: Final = timedelta(seconds=0.25)
 #: The longest a nak'd event waits before it is looked at again.
 RECHECK_CAP: Final = timedelta(seconds=30)
 
@@ -118,7 +121,6 @@ class RowChannel:
         return self._name
 
     async def deliver(self, event: EventEnvelope, message: ReceivedMessage) -> Settlement:
-        del message
         parked: list[Parked] = []
         messages: dict[str, NewMessage] = {}
         for recipient in self.recipients(event):
@@ -143,8 +145,8 @@ class RowChannel:
                 waits.append(row.wait)
         if not waits:
             return Settlement.done(*parked)
-        wait = min(waits) + self.recheck
-        return Settlement.later(min(wait, self.recheck_cap), *parked)
+        recheck = doubling(max(message.deliveries, 1), first=self.recheck, cap=self.recheck_cap)
+        return Settlement.later(min(min(waits) + recheck, self.recheck_cap), *parked)
 
     async def _rearm(self, event: EventEnvelope) -> frozenset[str]:
         # A row store written before ``rearm`` joined the protocol cannot re-arm: nothing to do.
