@@ -838,6 +838,7 @@ MUTANTS += (
     ),
 )
 
+
 async def _unordered_run(self: Any, before: Any, work: Any) -> None:
     """The mutant of InFlight._run: a delivery does not wait for the one of its key before it."""
     del before
