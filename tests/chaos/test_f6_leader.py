@@ -71,6 +71,7 @@ from tests.faults.leader_proc import (
     stale_acts,
     start_leader_worker,
     term_wins,
+    unforced_losses,
 )
 from tests.faults.proxy import FaultProxy
 from tests.faults.worker_proc import MUTANT_ENV, WorkerProcess
@@ -315,25 +316,6 @@ def stale_sends(scene: Scene, stamps: list[Stamp]) -> list[str]:
     return stale_acts(term_wins(scene.holders), acts)
 
 
-def unforced_losses(scene: Scene, faults: list[Fault]) -> list[str]:
-    """Batches cut for want of a provable term by a worker nobody had faulted (since it last won)."""
-    found = []
-    for holder, process in scene.holders.items():
-        wins = [e["t"] for e in process.find("term") if e["term"] is not None]
-        for batch in process.find("batch"):
-            if not batch["leadership_lost"]:
-                continue
-            excused = any(
-                f.victim == holder
-                and f.at <= batch["t"]
-                and not any(f.at < (f.healed_at or f.at) < w < batch["t"] for w in wins)
-                for f in faults
-            )
-            if not excused:
-                found.append(f"{holder} at {batch['t']:.3f}: {batch}")
-    return found
-
-
 @pytest.fixture
 def f6_db(f6_dsn: str) -> ChaosDb:
     return ChaosDb(f6_dsn)
@@ -378,7 +360,7 @@ def test_f6_leader_loss_never_two_leaders_and_a_successor_within_the_ttl(
     stamps = scene.stamps()
     overlapping = overlaps(stamps)
     stale = stale_sends(scene, stamps)
-    unforced = unforced_losses(scene, faults)
+    unforced = unforced_losses(scene.holders, faults)
     handovers, by_kind = handover_figures(faults)
     elections = [f.election for f in faults if f.election is not None]
     bound = TTL + POLL + SLACK

@@ -83,6 +83,7 @@ __all__ = [
     "stale_acts",
     "start_leader_worker",
     "term_wins",
+    "unforced_losses",
 ]
 
 T = TypeVar("T")
@@ -299,6 +300,26 @@ def stale_acts(wins: list[tuple[float, int, str]], acts: list[tuple[str, float]]
         newest = max(before, key=lambda win: win[1])
         if newest[2] != holder:
             found.append(f"{holder} at {at:.3f} in term {newest[1]} of {newest[2]}")
+    return found
+
+
+def unforced_losses(holders: Mapping[str, WorkerProcess], faults: list[Fault]) -> list[str]:
+    """Batches cut for want of a provable term (``leadership_lost``, from the ``batch`` events) by
+    a worker nobody had faulted since it last won a term (holder -> process)."""
+    found = []
+    for holder, process in holders.items():
+        wins = [e["t"] for e in process.find("term") if e["term"] is not None]
+        for batch in process.find("batch"):
+            if not batch["leadership_lost"]:
+                continue
+            excused = any(
+                f.victim == holder
+                and f.at <= batch["t"]
+                and not any(f.at < (f.healed_at or f.at) < w < batch["t"] for w in wins)
+                for f in faults
+            )
+            if not excused:
+                found.append(f"{holder} at {batch['t']:.3f}: {batch}")
     return found
 
 

@@ -299,6 +299,16 @@ MUTANTS += (
         f"{LEADER}::test_a_worker_keeps_its_lane_through_a_batch_longer_than_the_ttl",
         (Leadership, "renewed", _unrenewed),
     ),
+    # The same mechanism on the webhook lane's retry worker, judged by its leader-loss chaos test:
+    # three retry workers, the receiver holding each reply so batches outlast the term (~60 s).
+    Mutant(
+        "webhook-retries-leader-no-renewal-in-batch",
+        "the webhook retry worker's leader term renewed while a batch runs",
+        "drop the renewal task beside the batch (Leadership.renewed does nothing)",
+        "tests/chaos/test_f6_webhook_leader.py"
+        "::test_f6_webhook_retries_leader_loss_one_poster_at_a_time_nothing_lost",
+        (Leadership, "renewed", _unrenewed),
+    ),
     Mutant(
         "window-cancel-drops-ended-rows",
         "a window cancelled mid-send records the rows whose send ended",

@@ -21,8 +21,10 @@ Replies (:class:`Reply`): ``ok()``, ``status(code, body=..., headers=...)``,
 (a 200 advertising and streaming ``size`` bytes), ``reset()`` (reads the request, then RST).
 ``HttpReceiver(..., tls=server_context)`` speaks HTTPS (e.g. a ``trustme`` certificate).
 
-Every request the receiver read is recorded (``requests``), whatever the reply; ``connections``
-counts accepted TCP connections. Well-behaved replies keep the connection alive (HTTP/1.1).
+Every request the receiver read is recorded (``requests``, each with ``at``: ``time.monotonic()``
+when it was read), whatever the reply; ``connections`` counts accepted TCP connections.
+Well-behaved replies keep the connection alive (HTTP/1.1). ``HttpReceiver(..., hold=0.2)`` holds
+every reply that long after reading the request (a receiver that takes a moment to answer).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class ReceivedRequest:
     #: Header names lower-cased; a repeated header keeps its last value.
     headers: dict[str, str]
     body: bytes
+    #: ``time.monotonic()`` when the request had been read (one clock for every process).
+    at: float = 0.0
 
 
 @attrs.frozen
@@ -185,11 +189,17 @@ class HttpReceiver(_ThreadedServer):
     """An HTTP/1.1 receiver answering with a script of :class:`Reply` values, then ``then``."""
 
     def __init__(
-        self, *script: Reply, then: Reply | None = None, tls: ssl.SSLContext | None = None
+        self,
+        *script: Reply,
+        then: Reply | None = None,
+        tls: ssl.SSLContext | None = None,
+        hold: float = 0.0,
     ) -> None:
         super().__init__(tls=tls)
         self._script = list(script)
         self.then = Reply.ok() if then is None else then
+        #: Seconds every reply waits after its request was read.
+        self.hold = hold
         self.requests: list[ReceivedRequest] = []
 
     def url(self, path: str = "/hook", *, host: str | None = None) -> str:
@@ -203,6 +213,11 @@ class HttpReceiver(_ThreadedServer):
             self._script = list(script)
             if then is not None:
                 self.then = then
+
+    def snapshot(self) -> list[ReceivedRequest]:
+        """The requests read so far (a copy, safe to read while the receiver runs)."""
+        with self._lock:
+            return list(self.requests)
 
     def wait_requests(self, count: int, *, timeout: float = 10.0) -> list[ReceivedRequest]:
         deadline = time.monotonic() + timeout
@@ -225,7 +240,9 @@ class HttpReceiver(_ThreadedServer):
             if request is None:
                 return
             with self._lock:
-                self.requests.append(request)
+                self.requests.append(attrs.evolve(request, at=time.monotonic()))
+            if self.hold:
+                await asyncio.sleep(self.hold)
             if not await self._reply(reply, writer):
                 return
 
