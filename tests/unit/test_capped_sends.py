@@ -132,6 +132,7 @@ async def test_the_webhook_sender_is_paced_the_same_way():
     assert [budget for _, budget in seen] == pytest.approx([8.0, 7.75, 7.75])
     refused = await paced.send("https://h.example/", headers={}, body=b"{}", budget=timedelta(0))
     assert refused.kind is OutcomeKind.TRANSIENT
+    assert refused.reason.startswith("send rate cap: no start before the row's deadline (4/s;")
     assert len(seen) == 3
 
 
@@ -186,7 +187,9 @@ async def test_a_send_that_gets_no_domain_slot_within_its_budget_is_not_started(
     outcome = await capped.send(mail("b@x.example", "c@w.example"), budget=timedelta(seconds=0.05))
     assert outcome.kind is OutcomeKind.TRANSIENT
     assert not outcome.maybe_delivered
-    assert outcome.reason.startswith("send cap per recipient domain: no slot for w.example, x.example")
+    assert outcome.reason.startswith(
+        "send cap per recipient domain: no slot for w.example, x.example"
+    )
     assert "nothing was sent" in outcome.reason
     assert inner.started == 1
     # The slot of w.example it had taken first was given back.

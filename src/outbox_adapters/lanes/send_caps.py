@@ -183,7 +183,7 @@ class PacedSender:
         deadline = clock.monotonic() + max(0.0, budget.total_seconds())
         refusal = await self.pacer.admit(deadline)
         if refusal is not None:
-            return Outcome.transient(refusal)
+            return refusal
         left = max(0.0, deadline - clock.monotonic())
         return await self.inner.send(
             url, headers=headers, body=body, budget=timedelta(seconds=left)
