@@ -26,6 +26,7 @@ from outbox_adapters.lanes import fresh_targets as _fresh_targets
 from outbox_adapters.lanes import in_flight as _in_flight
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
+from outbox_adapters.lanes import send_caps as _send_caps
 from outbox_adapters.postgres import operator_statements, statements
 from outbox_adapters.postgres import retention as _retention
 from outbox_adapters.postgres import store as _postgres_store
@@ -48,6 +49,7 @@ from outbox_core.failures import FailureTally
 from outbox_core.lease import BatchClock, exchange_deadline
 from outbox_core.messages import Mark as _Mark
 from outbox_core.outcomes import Outcome
+from outbox_core.send_caps import Admission, TokenBucket
 
 STORE = "tests/integration/test_postgres_store.py"
 WORKER = "tests/integration/test_email_worker.py"
@@ -867,6 +869,67 @@ MUTANTS += (
         "InFlight runs a delivery without waiting for its key's earlier one",
         f"{IN_FLIGHT}::test_at_most_in_flight_at_once_and_one_key_s_events_one_after_the_other_in_order[4]",
         (_in_flight.InFlight, "_run", _unordered_run),
+    ),
+)
+
+
+# --- send caps: per recipient domain and per lane rate (outbox_core.send_caps) -------------------
+
+SEND_CAPS = "tests/unit/test_capped_sends.py"
+_original_admit = TokenBucket.admit
+
+
+def _one_domain_for_all(recipients: Any) -> tuple[str, ...]:
+    """The mutant of recipient_domains: every send takes the same slot, whatever its domains."""
+    del recipients
+    return ("*",)
+
+
+def _never_released(self: Any, domains: Any) -> None:
+    """The mutant of DomainSlots.release: a slot once taken is never given back."""
+    del self, domains
+
+
+def _admits_at_once(self: Any, now: float, *, latest: float = math.inf) -> Admission:
+    """The mutant of TokenBucket.admit: every send may start at once (no rate)."""
+    del self, latest
+    return Admission(now, admitted=True)
+
+
+def _admits_past_latest(self: Any, now: float, *, latest: float = math.inf) -> Admission:
+    """The mutant of TokenBucket.admit: a start after the row's deadline is reserved anyway."""
+    del latest
+    return _original_admit(self, now, latest=math.inf)
+
+
+MUTANTS += (
+    Mutant(
+        "domain-cap-ignores-domain",
+        "send cap per recipient domain (slots keyed by the recipients' domains)",
+        "recipient_domains gives one key for every message: one domain's cap holds all domains",
+        "tests/integration/test_send_caps.py::test_no_more_than_n_sends_in_flight_to_one_domain_while_others_proceed",
+        (_send_caps, "recipient_domains", _one_domain_for_all),
+    ),
+    Mutant(
+        "domain-cap-never-released",
+        "send cap per recipient domain (a slot is given back when its send ends)",
+        "DomainSlots.release gives nothing back: a domain stops after N sends",
+        f"{SEND_CAPS}::test_domain_slots_given_back_let_the_next_send_in",
+        (_send_caps.DomainSlots, "release", _never_released),
+    ),
+    Mutant(
+        "rate-cap-never-waits",
+        "send rate cap per lane (token bucket: a send starts no sooner than its slot)",
+        "TokenBucket.admit lets every send start at once",
+        f"{SEND_CAPS}::test_the_rate_cap_spaces_sends_by_its_interval_and_the_wait_spends_the_budget",
+        (TokenBucket, "admit", _admits_at_once),
+    ),
+    Mutant(
+        "rate-cap-waits-past-deadline",
+        "send rate cap per lane (a slot after the row's deadline is refused, nothing reserved)",
+        "TokenBucket.admit ignores latest: the send waits past its row's deadline",
+        f"{SEND_CAPS}::test_a_send_whose_slot_comes_after_its_deadline_is_not_started",
+        (TokenBucket, "admit", _admits_past_latest),
     ),
 )
 

@@ -254,7 +254,8 @@ class EmailChannelLane:
     async def workers(self, context: LaneContext) -> AsyncIterator[EmailChannelWorkers]:
         assert context.broker is not None  # noqa: S101 - the runner connects what streams() names
         mail = self.mail
-        async with open_mailer(context.app, mail.name, mail.mailer, mail.timing.budgets) as mailer:
+        async with open_mailer(context.app, mail.name, mail.mailer, mail.timing.budgets) as opened:
+            mailer = mail.capped(opened, context)
             yield EmailChannelWorkers(
                 context.pool,
                 context.broker.consumer(self.group, [self.topic]),

@@ -18,6 +18,7 @@ from outbox_adapters.app.context import COMMON_OPTIONS, AppSettings, LaneContext
 from outbox_adapters.extras import missing_extra
 from outbox_adapters.lanes.email import EmailHandler, email_lane
 from outbox_adapters.lanes.hooks import BounceReport, BrandingLookup, SuppressionCheck, check_hook
+from outbox_adapters.lanes.send_caps import CappedMailer
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.runtime import LaneConfig, Worker
 from outbox_core.backoff import Backoff
@@ -25,6 +26,7 @@ from outbox_core.errors import ConfigurationError
 from outbox_core.ports import Mailer
 from outbox_core.scrub import ScrubRules
 from outbox_core.sealing import SealingRules
+from outbox_core.send_caps import check_cap
 from outbox_core.timing import EmailStepBudgets, EmailTiming
 
 if TYPE_CHECKING:
@@ -55,6 +57,8 @@ EMAIL_OPTIONS: Final = frozenset(
         "smtp_ca_file",
         "smtp_sessions",
         "environment",
+        "max_per_domain",
+        "max_per_second",
     }
 )
 
@@ -62,6 +66,12 @@ EMAIL_OPTIONS: Final = frozenset(
 def _hook(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     del inst
     check_hook(attribute.name, value)
+
+
+def _cap(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    del inst
+    flag = "--" + attribute.name.replace("_", "-")
+    check_cap(f"EmailLane.{attribute.name} ({flag})", value)
 
 
 def open_mailer(
@@ -88,7 +98,13 @@ class EmailLane:
     can duplicate at most that many); ``group_marks``: one statement records each window of
     rows in flight; ``backoff``: when a transient failure is retried (``None``: the e-mail lane's
     15 slots over about 72 hours); ``scrub``: the payload keys removed by the mark that records
-    a row sent or skipped (``None``: the default secret keys, ADR 0006)."""
+    a row sent or skipped (``None``: the default secret keys, ADR 0006).
+
+    Send caps (``None``: uncapped), shared by the lane's sends in this process
+    (:mod:`outbox_core.send_caps`): ``max_per_domain``: sends in flight to one recipient domain at
+    a time (a message to several domains takes a slot of each, in sorted order);
+    ``max_per_second``: sends started per second. Waiting for a slot spends the row's budget; a
+    send that gets none before its deadline is a transient failure, nothing sent."""
 
     name: str = attrs.field(default="email", validator=lane_name("EmailLane"))
     suppressed: SuppressionCheck | None = attrs.field(default=None, validator=_hook)
@@ -101,6 +117,8 @@ class EmailLane:
     group_marks: bool = False
     backoff: Backoff | None = None
     scrub: ScrubRules | None = None
+    max_per_domain: int | None = attrs.field(default=None, validator=_cap)
+    max_per_second: int | None = attrs.field(default=None, validator=_cap)
 
     @property
     def options(self) -> frozenset[str]:
@@ -155,7 +173,7 @@ class EmailLane:
                 f"; only {app.smtp.max_sessions} SMTP session(s) (--smtp-sessions):"
                 " the rest wait for one"
             )
-        return [
+        lines = [
             f"timing: {self.timing.describe()}",
             f"rows in flight: {n} (a crash can duplicate at most {n} row(s))"
             + ("; marks grouped per window of rows in flight" if self.group_marks else "")
@@ -164,6 +182,30 @@ class EmailLane:
             if app.smtp is not None and self.mailer is None
             else "mailer: the application's own",
         ]
+        if self.max_per_domain is not None or self.max_per_second is not None:
+            lines.append(f"send caps: {self.describe_caps()}")
+        return lines
+
+    def describe_caps(self) -> str:
+        """The send caps in words (``uncapped`` when there are none)."""
+        caps = []
+        if self.max_per_domain is not None:
+            caps.append(f"{self.max_per_domain} in flight per recipient domain")
+        if self.max_per_second is not None:
+            caps.append(f"{self.max_per_second} sends a second")
+        return ", ".join(caps) or "uncapped"
+
+    def capped(self, mailer: Mailer, context: LaneContext) -> Mailer:
+        """``mailer`` behind the lane's send caps (itself when there are none): one per lane run,
+        so every send of the lane in this process shares the caps."""
+        if self.max_per_domain is None and self.max_per_second is None:
+            return mailer
+        return CappedMailer(
+            mailer,
+            clock=context.clock,
+            max_per_domain=self.max_per_domain,
+            max_per_second=self.max_per_second,
+        )
 
     def handler(self, context: LaneContext, mailer: Mailer) -> EmailHandler:
         """The lane's row handler over ``mailer``, with the host's hooks and the app's keys."""
@@ -186,7 +228,8 @@ class EmailLane:
     async def workers(self, context: LaneContext) -> AsyncIterator[Worker]:
         """The lane's one worker: the runtime over the e-mail table with :meth:`handler`."""
         store = PostgresStore(context.pool)
-        async with open_mailer(context.app, self.name, self.mailer, self.timing.budgets) as mailer:
+        async with open_mailer(context.app, self.name, self.mailer, self.timing.budgets) as opened:
+            mailer = self.capped(opened, context)
             try:
                 yield Worker(
                     store,

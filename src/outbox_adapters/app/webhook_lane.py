@@ -17,6 +17,7 @@ import attrs
 
 from outbox_adapters.app.context import COMMON_OPTIONS, AppSettings, LaneContext, strings
 from outbox_adapters.extras import missing_extra
+from outbox_adapters.lanes.send_caps import PacedSender
 from outbox_adapters.lanes.webhook_workers import (
     HEALTH_INTERVAL,
     HEALTH_WINDOW,
@@ -31,6 +32,7 @@ from outbox_core.backoff import Backoff
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import NewMessage
 from outbox_core.ports import WebhookSender
+from outbox_core.send_caps import check_cap
 from outbox_core.webhook_timing import WebhookTiming
 
 if TYPE_CHECKING:
@@ -43,12 +45,18 @@ __all__ = ["WEBHOOK_OPTIONS", "SenderFactory", "WebhookLane"]
 SenderFactory = Callable[[], AbstractAsyncContextManager[WebhookSender]]
 
 #: The ``outbox worker`` options only the webhook lane takes (where its deliveries may go).
-WEBHOOK_OPTIONS: Final = frozenset({"allow", "allow_http", "environment", "leader"})
+WEBHOOK_OPTIONS: Final = frozenset(
+    {"allow", "allow_http", "environment", "leader", "max_per_second"}
+)
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ConfigurationError(f"WebhookLane.{attribute.name}: a positive count, got {value!r}")
+
+
+def _cap(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_cap(f"WebhookLane.{attribute.name} (--max-per-second)", value)
 
 
 @attrs.frozen
@@ -58,7 +66,11 @@ class WebhookLane:
     per origin (``None``: the sender's default, 8) and in all, the first attempts in flight, the health sweep's window and the
     notice sent to a disabled endpoint's owner. ``sender``: a sender of the host's own instead of
     httpx (the destination rules are then the host's). ``timing`` and ``backoff`` replace the
-    deliveries' defaults (``None``: 13 s an attempt, 8 attempts over about 27.6 hours)."""
+    deliveries' defaults (``None``: 13 s an attempt, 8 attempts over about 27.6 hours).
+    ``max_per_second``: requests started per second by the lane in this process, first attempts
+    and retries together (``None``: uncapped; :mod:`outbox_core.send_caps`); waiting for a start
+    spends the attempt's budget, and one that gets none before its deadline is a transient
+    failure, nothing sent."""
 
     allow: tuple[str, ...] = attrs.field(default=(), converter=strings)
     allow_http: bool = False
@@ -71,6 +83,7 @@ class WebhookLane:
     sender: SenderFactory | None = None
     timing: WebhookTiming | None = None
     backoff: Backoff | None = None
+    max_per_second: int | None = attrs.field(default=None, validator=_cap)
 
     @property
     def name(self) -> str:
@@ -134,6 +147,8 @@ class WebhookLane:
             lines.append(self.guard(app).describe())
         else:
             lines.append("webhook sender: the application's own")
+        if self.max_per_second is not None:
+            lines.append(f"send caps: {self.max_per_second} requests a second")
         return lines
 
     def _sender(self, app: AppSettings) -> AbstractAsyncContextManager[WebhookSender]:
@@ -153,7 +168,13 @@ class WebhookLane:
     @contextlib.asynccontextmanager
     async def workers(self, context: LaneContext) -> AsyncIterator[WebhookWorkers]:
         drain, deliveries = self.configs(context.app)
-        async with self._sender(context.app) as sender:
+        async with self._sender(context.app) as opened:
+            sender: WebhookSender = opened
+            if self.max_per_second is not None:
+                # One per lane run: first attempts and retries share the rate.
+                sender = PacedSender(
+                    opened, clock=context.clock, max_per_second=self.max_per_second
+                )
             yield WebhookWorkers(
                 context.pool,
                 sender,

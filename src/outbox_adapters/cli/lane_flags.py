@@ -197,6 +197,7 @@ def _email(lane: EmailLane, flags: Flags) -> EmailLane:
         if flags.given(name) and flags[name] is not None:
             changes[name] = flags[name]
     lane = _evolve(lane, "--rows-in-flight / --group-marks", **changes)
+    lane = _with_caps(lane, flags, ("max_per_domain", "max_per_second"))
     probe = Outbox(lanes=(lane,))
     # Each step can refuse only its own option: the rows in flight, then the grouped marks.
     try:
@@ -207,6 +208,26 @@ def _email(lane: EmailLane, flags: Flags) -> EmailLane:
         lane.config(probe)
     except ConfigurationError as exc:
         raise setting_error("--group-marks", "OUTBOX_GROUP_MARKS", str(exc)) from None
+    return lane
+
+
+#: The send-cap options and their environment variables.
+_CAP_OPTIONS: Mapping[str, tuple[str, str]] = {
+    "max_per_domain": ("--max-per-domain", "OUTBOX_MAX_PER_DOMAIN"),
+    "max_per_second": ("--max-per-second", "OUTBOX_MAX_PER_SECOND"),
+}
+
+
+def _with_caps(lane: L, flags: Flags, names: tuple[str, ...]) -> L:
+    """``lane`` with the send caps given among ``names``, each refusal naming its option."""
+    for name in names:
+        if flags.given(name) and flags[name] is not None:
+            try:
+                lane = attrs.evolve(lane, **{name: flags[name]})  # type: ignore[misc]
+            except ConfigurationError:
+                raise setting_error(
+                    *_CAP_OPTIONS[name], f"a whole number of at least 1; got {flags[name]!r}"
+                ) from None
     return lane
 
 
@@ -233,8 +254,11 @@ def _channel(lane: EmailChannelLane, flags: Flags) -> EmailChannelLane:
     for name in ("public_url", "platform_owner"):
         if flags.given(name) and flags[name] is not None:
             changes[name] = flags[name]
+    mail = _with_caps(lane.mail, flags, ("max_per_domain", "max_per_second"))
     if flags.given("sender_name") and flags["sender_name"] is not None:
-        changes["mail"] = attrs.evolve(lane.mail, sender_name=flags["sender_name"])
+        mail = attrs.evolve(mail, sender_name=flags["sender_name"])
+    if mail is not lane.mail:
+        changes["mail"] = mail
     return _evolve(lane, "--public-url / --platform-owner", **changes)
 
 
@@ -259,4 +283,5 @@ def _webhooks(lane: WebhookLane, flags: Flags) -> WebhookLane:
     changes: dict[str, Any] = {
         name: flags[name] for name in ("allow", "allow_http") if flags.given(name)
     }
-    return _evolve(lane, "--allow-destination / --allow-http", **changes)
+    lane = _evolve(lane, "--allow-destination / --allow-http", **changes)
+    return _with_caps(lane, flags, ("max_per_second",))

@@ -76,6 +76,22 @@ __all__ = ["worker_command"]
     " duplicate bound stays N rows per crash.",
 )
 @option(
+    "--max-per-domain",
+    env="OUTBOX_MAX_PER_DOMAIN",
+    type=int,
+    metavar="N",
+    help="E-mail lanes: most sends in flight to one recipient domain at a time, in this process"
+    " [default: uncapped].",
+)
+@option(
+    "--max-per-second",
+    env="OUTBOX_MAX_PER_SECOND",
+    type=int,
+    metavar="N",
+    help="E-mail and webhook lanes: most sends started per second by the lane, in this process"
+    " [default: uncapped].",
+)
+@option(
     "--poll-interval",
     env="OUTBOX_POLL_INTERVAL",
     type=click.FloatRange(min=0, min_open=True),
