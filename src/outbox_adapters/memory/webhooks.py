@@ -25,8 +25,9 @@ endpoint)) and does only what is webhook-specific:
   interrupted replay is a clone whose ``replay_completed_at`` is ``None``, visible and
   re-runnable), then its deliveries and its completion.
 
-Secrets live in this object only, as :class:`~outbox_core.signing.WebhookSecret` values (whose
-repr never shows a key); nothing here logs one. There is nothing at rest to seal, so unlike the
+Secrets live in this object only, as :class:`~outbox_core.signing_keys.WebhookSecret` (``v1``) or
+:class:`~outbox_core.signing_keys.SigningKey` (``v1a``) values (whose repr never shows a key);
+nothing here logs one. There is nothing at rest to seal, so unlike the
 PostgreSQL repository it takes no encryptor. Time is the deliveries store's clock (PostgreSQL: the
 database's); ``available = False`` on a store makes every operation raise ``StoreUnavailable``.
 """
@@ -44,6 +45,7 @@ from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
 from outbox_adapters.memory.webhook_endpoints import MemoryEndpointOps, WebhookEvent
 from outbox_adapters.store_rules import payload_json
+from outbox_adapters.webhook_keys import signer_of
 from outbox_adapters.webhook_model import (
     DELIVERY_LANE,
     DeliveryTarget,
@@ -223,7 +225,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             endpoint_id=endpoint.id,
             url=endpoint.url,
             enabled=endpoint.enabled,
-            secrets=tuple(s.secret for s in live),
+            secrets=tuple(signer_of(s.secret, endpoint_id=endpoint.id) for s in live),
             msg_id=event.msg_id,
             event_type=event.event_type,
             body=event_body(event.event_type, event.created_at, json.loads(event.data)),
