@@ -42,7 +42,12 @@ from outbox_adapters.postgres.webhooks import (
     WebhookRepository,
 )
 from outbox_adapters.webhook_keys import new_signing_secret, public_key_of
-from outbox_core.errors import BlockedDestination, ConfigurationError, InvalidMessage
+from outbox_core.errors import (
+    BlockedDestination,
+    ConfigurationError,
+    InvalidMessage,
+    SecretUnavailable,
+)
 from outbox_core.ports import Encryptor
 from outbox_core.signing_keys import V1, V1A, SigningKey
 from outbox_core.webhook_secrets import SCHEMES
@@ -113,7 +118,7 @@ def _repository_call(database: str, call: Any, encryptor: Encryptor | None = Non
 
     try:
         return run(go())
-    except WebhookRefused as exc:
+    except (WebhookRefused, SecretUnavailable) as exc:
         raise Failure(str(exc)) from None
 
 
@@ -188,7 +193,7 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
 @database_url()
 @json_option
 def list_command(database_url: str, as_json: bool) -> None:  # noqa: FBT001
-    """Every endpoint: id, state, event types, URL (never a secret)."""
+    """Every endpoint: id, state, event types, URL, signature scheme (never a secret)."""
     endpoints: list[Endpoint] = _repository_call(database_url, lambda r: r.list_endpoints())
     if as_json:
         click.echo(json.dumps({"endpoints": [endpoint_json(e) for e in endpoints]}))
@@ -197,7 +202,7 @@ def list_command(database_url: str, as_json: bool) -> None:  # noqa: FBT001
         click.echo("no endpoints")
     for e in endpoints:
         state = "enabled" if e.enabled else f"disabled ({e.disabled_reason})"
-        click.echo(f"{e.id:>6}  {e.scheme:<3}  {state}  {','.join(e.event_types)}  {e.url}")
+        click.echo(f"{e.id:>6}  {state}  {','.join(e.event_types)}  {e.url}  {e.scheme}")
 
 
 @endpoints_group.command("disable")
