@@ -281,7 +281,7 @@ class Encryptor(Protocol):
 class Ed25519(Protocol):
     """The Ed25519 signature primitive (RFC 8032) behind Standard Webhooks' asymmetric scheme
     ``v1a`` (ADR 0017). The core composes what is signed and the headers
-    (:mod:`outbox_core.signing`, :mod:`outbox_core.asymmetric`); the adapter runs the curve.
+    (:mod:`outbox_core.signing`, :mod:`outbox_core.signing_keys`); the adapter runs the curve.
 
     Keys are raw bytes: the 32-byte private key of RFC 8032 section 5.1.5 and the 32-byte public
     key. Implementations never log, print or ``repr`` a private key.
