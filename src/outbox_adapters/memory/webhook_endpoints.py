@@ -26,12 +26,7 @@ from outbox_adapters.memory.rows import Row, decoded
 from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
 from outbox_adapters.store_rules import payload_json
-from outbox_adapters.webhook_keys import (
-    check_rotation,
-    parse_signing_secret,
-    public_key_of,
-    scheme_of,
-)
+from outbox_adapters.webhook_keys import check_rotation, parse_signing_secret, scheme_of
 from outbox_adapters.webhook_model import (
     DEFAULT_HEALTH_WINDOW,
     DEFAULT_SECRET_OVERLAP,
@@ -41,7 +36,6 @@ from outbox_adapters.webhook_model import (
     Endpoint,
     Missed,
     Notice,
-    WebhookRefused,
     check_endpoint_url,
     check_event_types,
     check_overlap,
@@ -58,7 +52,6 @@ from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import NewMessage
 from outbox_core.ports import Clock
-from outbox_core.signing_keys import PublicKey, SigningKey
 from outbox_core.webhook_secrets import StoredKey
 
 __all__ = ["MemoryEndpointOps", "WebhookEvent"]
@@ -289,18 +282,6 @@ class MemoryEndpointOps:
                 if old.expires_at is None or old.expires_at > ends:
                     old.expires_at = ends
             self._secrets[endpoint_id].append(_Secret(self._new_id("secret"), endpoint_id, key, at))
-
-    async def public_keys(self, endpoint_id: int) -> tuple[PublicKey, ...]:
-        """The ``whpk_`` keys of a ``v1a`` endpoint's unexpired keys, newest first."""
-        await asyncio.sleep(0)
-        with self._locked("public_keys") as at:
-            if self._endpoint(endpoint_id).scheme != "v1a":
-                raise WebhookRefused(f"webhook endpoint {endpoint_id} signs v1: no public key")
-            live = [
-                s for s in self._secrets[endpoint_id] if s.expires_at is None or s.expires_at > at
-            ]
-        live.sort(key=lambda s: (s.created_at, s.id), reverse=True)
-        return tuple(public_key_of(s.secret) for s in live if isinstance(s.secret, SigningKey))
 
     # --- endpoint health (ADR 0018) ---------------------------------------------------------------
 

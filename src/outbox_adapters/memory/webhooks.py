@@ -45,13 +45,14 @@ from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
 from outbox_adapters.memory.webhook_endpoints import MemoryEndpointOps, WebhookEvent
 from outbox_adapters.store_rules import payload_json
-from outbox_adapters.webhook_keys import signer_of
+from outbox_adapters.webhook_keys import public_key_of, signer_of
 from outbox_adapters.webhook_model import (
     DELIVERY_LANE,
     DeliveryTarget,
     FanOut,
     Notice,
     Replay,
+    WebhookRefused,
     check_replay_target,
     event_body,
     event_of,
@@ -64,6 +65,7 @@ from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark
 from outbox_core.ports import MarkResult
+from outbox_core.signing_keys import PublicKey, SigningKey
 
 __all__ = ["MemoryWebhookRepository", "WebhookEvent"]
 
@@ -202,6 +204,18 @@ class MemoryWebhookRepository(MemoryEndpointOps):
         return tuple(ids), tuple(claimed)
 
     # --- one attempt's target ----------------------------------------------------------------------
+
+    async def public_keys(self, endpoint_id: int) -> tuple[PublicKey, ...]:
+        """The ``whpk_`` keys of a ``v1a`` endpoint's unexpired keys, newest first."""
+        await asyncio.sleep(0)
+        with self._locked("public_keys") as at:
+            if self._endpoint(endpoint_id).scheme != "v1a":
+                raise WebhookRefused(f"webhook endpoint {endpoint_id} signs v1: no public key")
+            live = [
+                s for s in self._secrets[endpoint_id] if s.expires_at is None or s.expires_at > at
+            ]
+        live.sort(key=lambda s: (s.created_at, s.id), reverse=True)
+        return tuple(public_key_of(s.secret) for s in live if isinstance(s.secret, SigningKey))
 
     async def delivery_target(
         self, delivery_id: int, *, now: datetime | None = None
