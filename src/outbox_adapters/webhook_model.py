@@ -31,7 +31,7 @@ import attrs
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError, InvalidMessage, OutboxError
 from outbox_core.messages import ClaimedRow, JSONObject, NewMessage
-from outbox_core.signing import WebhookSecret
+from outbox_core.signing_keys import Signer
 
 __all__ = [
     "ANY_EVENT_TYPE",
@@ -296,6 +296,8 @@ class Endpoint:
     disabled_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    #: The signature scheme (ADR 0017): ``v1`` (HMAC-SHA256, ``whsec_``) or ``v1a`` (Ed25519).
+    scheme: str = "v1"
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Endpoint:
@@ -343,8 +345,8 @@ class DeliveryTarget:
     endpoint_id: int
     url: str
     enabled: bool
-    #: Every unexpired secret of the endpoint, newest first (all of them sign).
-    secrets: tuple[WebhookSecret, ...]
+    #: Every unexpired secret (or Ed25519 key) of the endpoint, newest first (all of them sign).
+    secrets: tuple[Signer, ...]
     msg_id: str
     event_type: str
     #: The exact JSON bytes to POST (:func:`event_body`).

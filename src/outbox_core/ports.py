@@ -18,6 +18,7 @@ port                   satisfied by (``outbox_adapters``)
 :class:`Consumer`      ``nats.JetStreamConsumer``, ``kafka.KafkaConsumer``
 :class:`Clock`         ``clock.SystemClock``, ``clock.FakeClock``
 :class:`Encryptor`     ``crypto.AesGcmEncryptor`` (sealed payload fields, ADR 0010)
+:class:`Ed25519`       ``webhook_keys.CryptographyEd25519`` (v1a webhook signatures, ADR 0017)
 :class:`LeaderLease`   ``postgres.PostgresLeaderLease``, ``memory.MemoryLeaderLease``
 :class:`RowHandler`    the host's handler, or ``email.EmailHandler``
 =====================  ===================================================================
@@ -274,6 +275,29 @@ class Encryptor(Protocol):
         """The plaintext of ``sealed``. Raises :class:`~outbox_core.errors.InvalidPayload` naming
         the key id when the key is not configured or the value does not authenticate (altered,
         moved to another field or lane, or sealed under another key)."""
+        ...
+
+
+class Ed25519(Protocol):
+    """The Ed25519 signature primitive (RFC 8032) behind Standard Webhooks' asymmetric scheme
+    ``v1a`` (ADR 0017). The core composes what is signed and the headers
+    (:mod:`outbox_core.signing`, :mod:`outbox_core.signing_keys`); the adapter runs the curve.
+
+    Keys are raw bytes: the 32-byte private key of RFC 8032 section 5.1.5 and the 32-byte public
+    key. Implementations never log, print or ``repr`` a private key.
+    """
+
+    def public_key(self, private_key: bytes) -> bytes:
+        """The 32-byte public key of a 32-byte private key."""
+        ...
+
+    def sign(self, private_key: bytes, message: bytes) -> bytes:
+        """The 64-byte signature of ``message`` (pure Ed25519, deterministic)."""
+        ...
+
+    def verify(self, public_key: bytes, signature: bytes, message: bytes) -> bool:
+        """Whether ``signature`` is a valid signature of ``message`` under ``public_key``; False
+        (never an exception) for any signature or key that does not verify."""
         ...
 
 

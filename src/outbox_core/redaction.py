@@ -18,7 +18,8 @@ escapes) or quoted (``password='a b\' c'``), blanks
 around ``=`` allowed; ``"password": "x"`` and
 ``password: x`` alike
 an ``Authorization`` credential                          ``Bearer ***``, ``Basic ***``
-a webhook signing secret (``whsec_...``)                 ``whsec_***``
+a webhook signing secret or private key (``whsec_...``,  ``whsec_***``, ``whsk_***``
+``whsk_...``)
 ======================================================  ============================================
 
 A secret's name (:func:`is_secret_name`) ends in ``password``, ``passwd``, ``pwd``, ``secret``,
@@ -79,7 +80,7 @@ _PAIR: Final = re.compile(
 _AUTHORIZATION: Final = re.compile(
     r"(?P<head>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE
 )
-_WEBHOOK_SECRET: Final = re.compile(r"\b(?P<head>whsec_)[A-Za-z0-9+/=_-]+")
+_WEBHOOK_SECRET: Final = re.compile(r"\b(?P<head>whsec_|whsk_)[A-Za-z0-9+/=_-]+")
 #: A payload item's key (``KEY=VALUE``), kept while its value is masked.
 _PAYLOAD_KEY: Final = re.compile(r"[\w.-]+=")
 

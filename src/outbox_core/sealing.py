@@ -184,12 +184,15 @@ __all__ += ["webhook_secret_aad"]
 _SECRET_AAD_CONTEXT: Final = "leased-outbox/webhook-secret/v1"  # noqa: S105 - a label, not a secret
 
 
-def webhook_secret_aad(endpoint_id: int) -> bytes:
+def webhook_secret_aad(endpoint_id: int, scheme: str = "v1") -> bytes:
     """The associated data that binds a sealed webhook signing secret to its endpoint and purpose.
 
     A sealed secret copied into another endpoint's row, or into a payload field (whose associated
-    data is :func:`field_aad`'s), does not authenticate. JSON-encoded like :func:`field_aad`.
+    data is :func:`field_aad`'s), does not authenticate. An Ed25519 private key (scheme ``v1a``)
+    is bound to its scheme too: read as another scheme's key, it does not open. JSON-encoded like
+    :func:`field_aad`.
     """
-    return json.dumps([_SECRET_AAD_CONTEXT, "signing", endpoint_id], separators=(",", ":")).encode(
-        "ascii"
-    )
+    parts: list[object] = [_SECRET_AAD_CONTEXT, "signing", endpoint_id]
+    if scheme != "v1":
+        parts.append(scheme)
+    return json.dumps(parts, separators=(",", ":")).encode("ascii")

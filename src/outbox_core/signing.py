@@ -1,14 +1,21 @@
 # Copyright 2026 leased-outbox developers. SPDX-License-Identifier: Apache-2.0
-"""Webhook signing and verification, Standard Webhooks v1.
+"""Webhook signing and verification, Standard Webhooks v1 (HMAC) and v1a (Ed25519).
 
 Theory of operation
 -------------------
-A sender signs ``{msg_id}.{timestamp}.{body}`` with HMAC-SHA256 under a shared secret and sends
-three headers (Standard Webhooks 1.0, "Signature scheme" and "Webhook headers")::
+A sender signs ``{msg_id}.{timestamp}.{body}`` and sends three headers (Standard Webhooks 1.0,
+"Signature scheme" and "Webhook headers")::
 
     webhook-id:        msg_2KWPBgLlAfxdpx2AI54pPJ85f4W   (the same on every retry: idempotency key)
     webhook-timestamp: 1674087231                       (the time of THIS attempt, Unix seconds)
     webhook-signature: v1,<base64 HMAC> [v1,<base64 HMAC> ...]
+
+An endpoint signs with one of two schemes (ADR 0017): ``v1``, HMAC-SHA256 under a shared secret
+(:class:`WebhookSecret`, ``whsec_...``), or ``v1a``, Ed25519 under a private key whose public key
+the receiver holds (:mod:`outbox_core.signing_keys`, ``whsk_...`` / ``whpk_...``). This module
+composes the signed content and the headers for any :class:`Signer` and checks them against any
+:class:`Verifier`; the HMAC is the standard library's, the Ed25519 curve is behind the
+:class:`~outbox_core.ports.Ed25519` port.
 
 The timestamp belongs to the attempt, not to the event, so a retry is signed afresh with a new one;
 a receiver refuses timestamps outside its tolerance window, which is what stops a captured request
@@ -16,16 +23,17 @@ from being replayed later. This module never reads the clock: the sender passes 
 the receiver passes ``now``.
 
 The signature header is a space-separated list so a secret can rotate without downtime: while it
-rotates the sender signs with the old and the new secret, and a receiver that knows either one
-accepts the message.
+rotates the sender signs with the old and the new secret (or key), and a receiver that knows
+either one accepts the message.
 
 The id may not contain ``.`` (the spec requires it): with ids ``a`` and ``a.123`` the signed strings
 ``a.123.456.x`` of (``a``, 123, ``456.x``) and (``a.123``, 456, ``x``) are the same bytes, so one
 signature would verify a different message.
 
 Verification is strict about form and lenient about the future: an entry of an unknown version
-(``v1a,...`` Ed25519, or anything later) is skipped, but an entry that is not ``version,payload``,
-or a ``v1`` payload that is not the base64 of a 32-byte HMAC, refuses the whole header. Whatever the
+(``v2,...``, or anything later) is skipped, but an entry that is not ``version,payload``, a ``v1``
+payload that is not the base64 of a 32-byte HMAC, or a ``v1a`` payload that is not the base64 of
+a 64-byte Ed25519 signature, refuses the whole header. Whatever the
 request holds, :func:`verify` raises :class:`WebhookVerificationError` and nothing else; only the
 receiver's own arguments (no secret, a naive ``now``, a negative tolerance) raise
 :class:`ConfigurationError`. No message ever contains a secret or an expected signature.
@@ -34,19 +42,27 @@ receiver's own arguments (no secret, a naive ``now``, a negative tolerance) rais
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
-import hmac
 import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
-import attrs
-
 from outbox_core.errors import ConfigurationError, InvalidMessage, WebhookVerificationError
+from outbox_core.signing_keys import (
+    MAX_SECRET_BYTES,
+    MIN_SECRET_BYTES,
+    SECRET_PREFIX,
+    V1,
+    V1A,
+    Signer,
+    Verifier,
+    WebhookSecret,
+    as_verifiers,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from outbox_core.ports import Ed25519
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -56,19 +72,18 @@ __all__ = [
     "MAX_SECRET_BYTES",
     "MIN_SECRET_BYTES",
     "SECRET_PREFIX",
+    "V1",
+    "V1A",
+    "Signer",
+    "Verifier",
     "WebhookSecret",
     "sign",
     "signature_header",
+    "signed_content",
     "verify",
     "webhook_headers",
 ]
 
-#: How secrets are written for people and config files (Standard Webhooks "secret serialization").
-SECRET_PREFIX: Final = "whsec_"  # noqa: S105 (a format marker, not a secret)
-#: Standard Webhooks: a symmetric secret is random, "at least 24 bytes (192 bits, 512 maximum)".
-MIN_SECRET_BYTES: Final = 24
-#: 512 bits. HMAC-SHA256 hashes longer keys down to 32 bytes, so more adds nothing.
-MAX_SECRET_BYTES: Final = 64
 #: The receiver's replay window either side of its clock; the spec's libraries use 5 minutes.
 DEFAULT_TOLERANCE: Final = timedelta(minutes=5)
 
@@ -77,76 +92,20 @@ HEADER_TIMESTAMP: Final = "webhook-timestamp"
 HEADER_SIGNATURE: Final = "webhook-signature"
 _HEADERS: Final = (HEADER_ID, HEADER_TIMESTAMP, HEADER_SIGNATURE)
 
-_VERSION: Final = "v1"
 #: Unix seconds, ASCII digits only (``str.isdigit`` would let "²" and Arabic-Indic digits through).
 #: Twelve digits reach the year 33658 and keep ``int()`` cheap on hostile input.
 _TIMESTAMP_DIGITS: Final = re.compile(r"[0-9]{1,12}")
 _MAX_TIMESTAMP: Final = 10**12
 #: Printable ASCII without space: no whitespace, control or non-ASCII character can reach a header.
 _MSG_ID_CHARS: Final = re.compile(r"[!-~]+")
-_SECRET_BASE64: Final = re.compile(r"[A-Za-z0-9+/]+={0,2}")
-#: The standard base64 of exactly 32 bytes (an HMAC-SHA256 digest) is 43 characters and one "=".
-_V1_SIGNATURE: Final = re.compile(r"[A-Za-z0-9+/]{43}=")
+#: The standard base64 of exactly 32 bytes (an HMAC-SHA256 digest) is 43 characters and one "=";
+#: of exactly 64 bytes (an Ed25519 signature), 86 characters and "==".
+_FORMS: Final = {
+    V1: (re.compile(r"[A-Za-z0-9+/]{43}="), "the base64 of a 32-byte HMAC-SHA256"),
+    V1A: (re.compile(r"[A-Za-z0-9+/]{86}=="), "the base64 of a 64-byte Ed25519 signature"),
+}
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROS: Final = 1_000_000
-
-
-def _key_validator(_inst: object, _attribute: object, key: bytes) -> None:
-    if not isinstance(key, bytes):
-        raise ConfigurationError(f"a webhook secret's key must be bytes, got {type(key).__name__}")
-    if not MIN_SECRET_BYTES <= len(key) <= MAX_SECRET_BYTES:
-        raise ConfigurationError(
-            f"a webhook secret of {len(key)} bytes is refused: Standard Webhooks requires "
-            f"{MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} random bytes"
-        )
-
-
-@attrs.frozen(repr=False)
-class WebhookSecret:
-    """An HMAC-SHA256 signing key. Its repr and str never show the key."""
-
-    #: The raw key bytes (24 to 64 of them); never logged.
-    key: bytes = attrs.field(validator=_key_validator)
-
-    @classmethod
-    def parse(cls, text: str) -> WebhookSecret:
-        """Read ``whsec_<base64>`` or bare base64 (padding optional, outer whitespace ignored).
-
-        Errors say what is wrong with the text and never repeat it.
-        """
-        if not isinstance(text, str):
-            raise ConfigurationError(f"a webhook secret must be text, got {type(text).__name__}")
-        encoded = text.strip().removeprefix(SECRET_PREFIX)
-        if not encoded:
-            raise ConfigurationError("the webhook secret is empty")
-        if _SECRET_BASE64.fullmatch(encoded) is None:
-            raise ConfigurationError(
-                "the webhook secret is not standard base64 (after the optional 'whsec_' prefix)"
-            )
-        try:
-            key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-        except binascii.Error:
-            raise ConfigurationError(
-                "the webhook secret's base64 has a length or padding that cannot decode"
-            ) from None
-        return cls(key)
-
-    @classmethod
-    def generate_from(cls, entropy: bytes) -> WebhookSecret:
-        """A new secret from random bytes the caller drew (e.g. ``secrets.token_bytes(32)``).
-
-        The core never draws randomness itself; the provisioning code passes it in.
-        """
-        return cls(entropy)
-
-    def to_text(self) -> str:
-        """The ``whsec_<base64>`` form to hand to the endpoint's owner. Treat it as a secret."""
-        return SECRET_PREFIX + base64.b64encode(self.key).decode("ascii")
-
-    def __repr__(self) -> str:
-        return f"WebhookSecret(<redacted, {len(self.key)} bytes>)"
-
-    __str__ = __repr__
 
 
 def _msg_id_problem(msg_id: str) -> str | None:
@@ -160,15 +119,15 @@ def _msg_id_problem(msg_id: str) -> str | None:
     return None
 
 
-def _mac(key: bytes, msg_id: str, timestamp: str, body: bytes) -> bytes:
-    # msg_id and timestamp are checked to be printable ASCII before they get here.
-    mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode("ascii"), hashlib.sha256)
-    mac.update(body)
-    return mac.digest()
+def signed_content(msg_id: str, timestamp: str, body: bytes) -> bytes:
+    """What every scheme signs: ``{msg_id}.{timestamp}.{body}`` (Standard Webhooks, "Signature
+    scheme"). ``msg_id`` and ``timestamp`` are checked to be printable ASCII before they get here."""
+    return f"{msg_id}.{timestamp}.".encode("ascii") + bytes(body)
 
 
-def sign(secret: WebhookSecret, *, msg_id: str, timestamp: int, body: bytes) -> str:
-    """One ``v1,<base64 HMAC-SHA256>`` signature over ``{msg_id}.{timestamp}.{body}``."""
+def sign(signer: Signer, *, msg_id: str, timestamp: int, body: bytes) -> str:
+    """One ``<version>,<base64 signature>`` entry over ``{msg_id}.{timestamp}.{body}``: ``v1,`` for
+    a :class:`WebhookSecret`, ``v1a,`` for an Ed25519 signer."""
     problem = _msg_id_problem(msg_id)
     if problem is not None:
         raise InvalidMessage(f"the webhook message id {msg_id!r:.80} {problem}")
@@ -178,17 +137,15 @@ def sign(secret: WebhookSecret, *, msg_id: str, timestamp: int, body: bytes) -> 
         raise InvalidMessage(
             f"the webhook timestamp {timestamp} is not Unix seconds between 0 and 10**12"
         )
-    digest = _mac(secret.key, msg_id, str(timestamp), body)
-    return f"{_VERSION},{base64.b64encode(digest).decode('ascii')}"
+    raw = signer.signature(signed_content(msg_id, str(timestamp), body))
+    return f"{signer.version},{base64.b64encode(raw).decode('ascii')}"
 
 
-def signature_header(
-    secrets: Sequence[WebhookSecret], *, msg_id: str, timestamp: int, body: bytes
-) -> str:
-    """The ``webhook-signature`` value: one signature per secret, space-separated.
+def signature_header(secrets: Sequence[Signer], *, msg_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` value: one signature per secret or key, space-separated.
 
-    Pass every live secret: while a secret rotates, the old and the new one both sign, so a receiver
-    that knows either verifies. A secret listed twice signs once.
+    Pass every live one: while a secret (or an Ed25519 key) rotates, the old and the new one both
+    sign, so a receiver that knows either verifies. A secret listed twice signs once.
     """
     if not secrets:
         raise ConfigurationError("at least one webhook secret is needed to sign a webhook")
@@ -197,7 +154,7 @@ def signature_header(
 
 
 def webhook_headers(
-    secrets: Sequence[WebhookSecret], *, msg_id: str, timestamp: int, body: bytes
+    secrets: Sequence[Signer], *, msg_id: str, timestamp: int, body: bytes
 ) -> dict[str, str]:
     """The three Standard Webhooks headers for one attempt.
 
@@ -274,9 +231,10 @@ def _check_timestamp(text: str, now_us: int, tolerance_us: int) -> None:
         )
 
 
-def _v1_signatures(header: str) -> list[bytes]:
-    """The decoded v1 signatures; unknown versions are skipped, malformed entries refused."""
-    found: list[bytes] = []
+def _signatures(header: str, wanted: frozenset[str]) -> list[tuple[str, bytes]]:
+    """The decoded signatures of the ``wanted`` versions; v1 and v1a entries are checked for form
+    whatever is wanted, unknown versions are skipped, malformed entries refused."""
+    found: list[tuple[str, bytes]] = []
     skipped = 0
     for entry in header.split(" "):
         version, comma, payload = entry.partition(",")
@@ -286,38 +244,46 @@ def _v1_signatures(header: str) -> list[bytes]:
             raise _fail("a webhook-signature entry has no ',' between version and signature")
         if not version:
             raise _fail("a webhook-signature entry has no version before its ','")
-        if version != _VERSION:
+        form = _FORMS.get(version)
+        if form is not None and form[0].fullmatch(payload) is None:
+            raise _fail(f"a {version} signature is not {form[1]}")
+        if version not in wanted:
             skipped += 1
             continue
-        if _V1_SIGNATURE.fullmatch(payload) is None:
-            raise _fail("a v1 signature is not the base64 of a 32-byte HMAC-SHA256")
-        found.append(base64.b64decode(payload, validate=True))
+        found.append((version, base64.b64decode(payload, validate=True)))
     if not found:
-        raise _fail(f"the webhook has no v1 signature ({skipped} of other versions were skipped)")
+        versions = " or ".join(sorted(wanted))
+        raise _fail(
+            f"the webhook has no {versions} signature ({skipped} of other versions were skipped)"
+        )
     return found
 
 
-def verify(
+def verify(  # noqa: PLR0913 - the request's three parts, then the receiver's keyword settings
     headers: Mapping[str, str],
     body: bytes,
-    secrets: Sequence[WebhookSecret],
+    secrets: Sequence[object],
     *,
     now: int | datetime,
     tolerance: timedelta = DEFAULT_TOLERANCE,
+    ed25519: Ed25519 | None = None,
 ) -> None:
     """Check a received webhook; return None if it is authentic and fresh, else raise.
 
     ``body`` is the raw request body, byte for byte (parsing and re-serialising JSON changes it).
     ``now`` is the receiver's clock (Unix seconds or an aware datetime); the timestamp must lie
-    within ``tolerance`` of it on either side, edges included. The webhook passes if ANY v1
-    signature matches ANY of ``secrets`` (list both while a secret rotates). Also use
-    ``webhook-id`` to drop duplicates: a sender may deliver the same message more than once.
+    within ``tolerance`` of it on either side, edges included. ``secrets`` are
+    :class:`WebhookSecret` values (``whsec_``: checks ``v1`` entries), or
+    :class:`~outbox_core.signing_keys.PublicKey` values (``whpk_``: checks ``v1a`` entries through
+    ``ed25519``, the :class:`~outbox_core.ports.Ed25519` port), or any :class:`Verifier`. The
+    webhook passes if ANY signature matches ANY key of its version (list both while a key
+    rotates). Also use ``webhook-id`` to drop duplicates: a sender may deliver the same message
+    more than once.
 
     Raises :class:`WebhookVerificationError` for anything wrong with the request, and nothing else;
     :class:`ConfigurationError` for unusable ``secrets``, ``now`` or ``tolerance`` (checked first).
     """
-    if not secrets:
-        raise ConfigurationError("at least one webhook secret is needed to verify a webhook")
+    verifiers = as_verifiers(secrets, ed25519)
     now_us = _now_micros(now)
     if not isinstance(tolerance, timedelta) or tolerance < timedelta(0):
         raise ConfigurationError(f"tolerance must be a non-negative timedelta, got {tolerance!r}")
@@ -328,11 +294,15 @@ def verify(
     if problem is not None:
         raise _fail(f"the webhook-id header {problem}")
     _check_timestamp(timestamp, now_us, _micros(tolerance))
-    received = _v1_signatures(signature)
-    expected = [_mac(s.key, msg_id, timestamp, bytes(body)) for s in secrets]
-    if any(hmac.compare_digest(e, r) for e in expected for r in received):
-        return
+    wanted = frozenset(v.version for v in verifiers)
+    received = _signatures(signature, wanted)
+    content = signed_content(msg_id, timestamp, bytes(body))
+    for verifier in verifiers:
+        mine = (raw for version, raw in received if version == verifier.version)
+        if any(verifier.matches(content, raw) for raw in mine):
+            return
+    versions = " or ".join(sorted(wanted))
     raise _fail(
-        f"no v1 signature in the webhook matches any of the {len(expected)} secrets "
+        f"no {versions} signature in the webhook matches any of the {len(verifiers)} secrets "
         "(wrong secret, or the id, timestamp or body changed on the way)"
     )

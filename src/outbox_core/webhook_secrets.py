@@ -7,11 +7,16 @@ Whoever reads an endpoint's signing secret can sign as the library, so with encr
 configured the secret is stored sealed, like a secret payload field (ADR 0010), and opened only in
 the process that signs a request. ``outbox_webhook_secret.secret`` holds one of two forms:
 
-- **plaintext** ``whsec_<base64>``: no keys configured, or written before sealing was turned on;
+- **plaintext** ``whsec_<base64>`` (or ``whsk_<base64>``, an Ed25519 private key of a ``v1a``
+  endpoint): no keys configured, or written before sealing was turned on;
 - **sealed**: the compact JSON of the envelope of :mod:`outbox_core.sealing`
   (``{"$sealed":"v1","kid":...,"n":...,"ct":...}``), whose plaintext is the raw key bytes and
-  whose associated data is :func:`~outbox_core.sealing.webhook_secret_aad` of the endpoint id. A
-  sealed secret copied to another endpoint's row does not open.
+  whose associated data is :func:`~outbox_core.sealing.webhook_secret_aad` of the endpoint id (and
+  of the scheme, for ``v1a``). A sealed secret copied to another endpoint's row does not open, nor
+  does one read as the other scheme's key.
+
+Which scheme a stored secret belongs to is its endpoint's (``scheme``, ADR 0017): every function
+here that reads one takes it.
 
 A sealed secret that can't be opened raises :class:`~outbox_core.errors.SecretUnavailable` naming
 the endpoint and the key id; a request is never signed with less than every live secret. Which
@@ -29,13 +34,16 @@ from typing import TYPE_CHECKING, Final
 
 from outbox_core.errors import ConfigurationError, InvalidPayload, SecretUnavailable
 from outbox_core.sealing import SealedValue, webhook_secret_aad
-from outbox_core.signing import WebhookSecret
+from outbox_core.signing_keys import V1, V1A, SigningKey, WebhookSecret
 
 if TYPE_CHECKING:
     from outbox_core.ports import Encryptor
 
 __all__ = [
+    "SCHEMES",
     "SECRET_UNAVAILABLE",
+    "StoredKey",
+    "check_scheme",
     "check_secret_keys",
     "is_sealed_secret",
     "read_secret",
@@ -48,6 +56,22 @@ __all__ = [
 #: The error class of a delivery attempt whose secret can't be opened (the reason follows a colon).
 #: Our key configuration's fault, not the receiver's: endpoint health does not count it.
 SECRET_UNAVAILABLE: Final = "signing secret unavailable, nothing sent"  # noqa: S105 - a label
+
+
+#: The signature schemes an endpoint can sign with: HMAC-SHA256 (the default) and Ed25519.
+SCHEMES: Final = (V1, V1A)
+
+#: What an endpoint's stored secret holds: a v1 secret, or a v1a private key.
+StoredKey = WebhookSecret | SigningKey
+
+
+def check_scheme(scheme: object) -> str:
+    """``scheme`` if it is one of :data:`SCHEMES`, else :class:`ConfigurationError` naming them."""
+    if scheme not in SCHEMES:
+        raise ConfigurationError(
+            f"a webhook signature scheme is 'v1' (HMAC-SHA256) or 'v1a' (Ed25519), got {scheme!r:.40}"
+        )
+    return str(scheme)
 
 
 def is_sealed_secret(stored: str) -> bool:
@@ -71,22 +95,48 @@ def stored_key_id(stored: str, *, endpoint_id: int) -> str | None:
     return _envelope(stored, endpoint_id).kid if is_sealed_secret(stored) else None
 
 
-def store_secret(secret: WebhookSecret, *, endpoint_id: int, encryptor: Encryptor | None) -> str:
+def _raw(key: StoredKey) -> bytes:
+    return key.key if isinstance(key, WebhookSecret) else key.private
+
+
+def _scheme_of(key: StoredKey) -> str:
+    return V1 if isinstance(key, WebhookSecret) else V1A
+
+
+def store_secret(secret: StoredKey, *, endpoint_id: int, encryptor: Encryptor | None) -> str:
     """The text to store for ``secret``: sealed under the active key (ADR 0030), or the plaintext
-    ``whsec_...`` without keys."""
+    ``whsec_...`` (``whsk_...``) without keys."""
     if encryptor is None:
         return secret.to_text()
-    sealed = encryptor.seal(secret.key, aad=webhook_secret_aad(endpoint_id))
+    aad = webhook_secret_aad(endpoint_id, _scheme_of(secret))
+    sealed = encryptor.seal(_raw(secret), aad=aad)
     return json.dumps(sealed.to_json(), separators=(",", ":"))
 
 
-def read_secret(stored: str, *, endpoint_id: int, encryptor: Encryptor | None) -> WebhookSecret:
-    """The signing secret a stored text holds, opened when it is sealed.
+def _key(raw: bytes, scheme: str) -> StoredKey:
+    return SigningKey(raw) if scheme == V1A else WebhookSecret(raw)
+
+
+def _parsed(stored: str, endpoint_id: int, scheme: str) -> StoredKey:
+    try:
+        return SigningKey.parse(stored) if scheme == V1A else WebhookSecret.parse(stored)
+    except ConfigurationError as exc:
+        raise SecretUnavailable(
+            f"the stored signing secret of webhook endpoint {endpoint_id} (scheme {scheme}) does"
+            f" not read: {exc}"
+        ) from None
+
+
+def read_secret(
+    stored: str, *, endpoint_id: int, encryptor: Encryptor | None, scheme: str = V1
+) -> StoredKey:
+    """The signing secret (``v1``) or private key (``v1a``) a stored text holds, opened when it
+    is sealed; ``scheme`` is the endpoint's.
 
     Raises :class:`SecretUnavailable` naming the endpoint and the key id when it can't be opened.
     """
     if not is_sealed_secret(stored):
-        return WebhookSecret.parse(stored)
+        return _parsed(stored, endpoint_id, scheme)
     sealed = _envelope(stored, endpoint_id)
     whose = f"the signing secret of webhook endpoint {endpoint_id} is sealed under key id"
     if encryptor is None:
@@ -97,17 +147,17 @@ def read_secret(stored: str, *, endpoint_id: int, encryptor: Encryptor | None) -
             f" {sorted(encryptor.key_ids)}"
         )
     try:
-        return WebhookSecret(encryptor.open(sealed, aad=webhook_secret_aad(endpoint_id)))
+        return _key(encryptor.open(sealed, aad=webhook_secret_aad(endpoint_id, scheme)), scheme)
     except (InvalidPayload, ConfigurationError):
         raise SecretUnavailable(
             f"the signing secret of webhook endpoint {endpoint_id} does not open under key id"
-            f" {sealed.kid!r}: it was altered, copied from another endpoint, or sealed under"
+            f" {sealed.kid!r}: it was altered, copied from another endpoint or scheme, or sealed under"
             " another key of that id"
         ) from None
 
 
 def reseal_secret(
-    stored: str, *, endpoint_id: int, encryptor: Encryptor, rotate: bool
+    stored: str, *, endpoint_id: int, encryptor: Encryptor, rotate: bool, scheme: str = V1
 ) -> str | None:
     """What a sealing pass writes for ``stored``, or ``None`` to leave it.
 
@@ -118,7 +168,7 @@ def reseal_secret(
     kid = stored_key_id(stored, endpoint_id=endpoint_id)
     if kid is not None and (not rotate or kid == encryptor.active_key_id):
         return None
-    secret = read_secret(stored, endpoint_id=endpoint_id, encryptor=encryptor)
+    secret = read_secret(stored, endpoint_id=endpoint_id, encryptor=encryptor, scheme=scheme)
     return store_secret(secret, endpoint_id=endpoint_id, encryptor=encryptor)
 
 

@@ -45,11 +45,13 @@ from outbox_adapters.runtime.deadline import Deadlines
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.smtp import mailer as smtp_mailer
+from outbox_core import signing as _signing
 from outbox_core.failures import FailureTally
 from outbox_core.lease import BatchClock, exchange_deadline
 from outbox_core.messages import Mark as _Mark
 from outbox_core.outcomes import Outcome
 from outbox_core.send_caps import Admission, TokenBucket
+from outbox_core.signing_keys import V1, Ed25519Signer
 
 STORE = "tests/integration/test_postgres_store.py"
 WORKER = "tests/integration/test_email_worker.py"
@@ -930,6 +932,35 @@ MUTANTS += (
         "TokenBucket.admit ignores latest: the send waits past its row's deadline",
         f"{SEND_CAPS}::test_a_send_whose_slot_comes_after_its_deadline_is_not_started",
         (TokenBucket, "admit", _admits_past_latest),
+    ),
+)
+
+# --- Standard Webhooks v1a: Ed25519 signatures (ADR 0017) ----------------------------------------
+
+WEBHOOK_V1A = "tests/integration/test_webhook_v1a.py"
+SIGNING_V1A = "tests/unit/test_signing_v1a.py"
+
+
+def _signs_the_body_only(self: Ed25519Signer, content: bytes) -> bytes:
+    """The mutant of Ed25519Signer.signature: the id and the timestamp are left out of what is
+    signed, so a captured request replays under any id and timestamp."""
+    return self.ed25519.sign(self.key.private, content.split(b".", 2)[2])
+
+
+MUTANTS += (
+    Mutant(
+        "webhook-v1a-signs-body-only",
+        "v1a signs {msg_id}.{timestamp}.{body} (Ed25519Signer.signature)",
+        "sign the body alone: the id and the attempt's timestamp are not covered",
+        f"{WEBHOOK_V1A}::test_a_v1a_endpoint_delivers_verifiable_with_its_public_key_through_a_rotation",
+        (Ed25519Signer, "signature", _signs_the_body_only),
+    ),
+    Mutant(
+        "webhook-v1a-malformed-entry-skipped",
+        "verify refuses a malformed v1a entry (signing._FORMS)",
+        "drop the v1a form: a malformed v1a entry is skipped beside a valid signature",
+        f"{SIGNING_V1A}::test_a_malformed_v1a_entry_refuses_the_header_even_beside_a_valid_one",
+        (_signing, "_FORMS", {V1: _signing._FORMS[V1]}),
     ),
 )
 

@@ -50,6 +50,7 @@ MASKED = [
     (f"Authorization: Bearer {C}xyz", "Authorization: Bearer ***"),
     (f"Authorization: Basic {C}==", "Authorization: Basic ***"),
     (f"signed with whsec_{C}+/= now", "signed with whsec_*** now"),
+    (f"signed with whsk_{C}+/= now", "signed with whsk_*** now"),
 ]
 
 #: Text that holds no secret and stays as it is.

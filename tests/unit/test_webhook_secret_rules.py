@@ -75,7 +75,7 @@ def test_a_sealed_secret_copied_to_another_endpoint_does_not_open() -> None:
         read_secret(stored, endpoint_id=8, encryptor=K1)
     assert str(refused.value) == (
         "the signing secret of webhook endpoint 8 does not open under key id 'k1': it was"
-        " altered, copied from another endpoint, or sealed under another key of that id"
+        " altered, copied from another endpoint or scheme, or sealed under another key of that id"
     )
 
 
@@ -100,7 +100,7 @@ def test_a_sealed_secret_copied_to_another_endpoint_does_not_open() -> None:
             OTHER_K1,
             (
                 "the signing secret of webhook endpoint 7 does not open under key id 'k1': it was"
-                " altered, copied from another endpoint, or sealed under another key of that id"
+                " altered, copied from another endpoint or scheme, or sealed under another key of that id"
             ),
         ),
     ],

@@ -1,14 +1,17 @@
-"""``outbox endpoints add|list|disable|enable|rotate-secret``: the webhook endpoints (ADR 0017).
+"""``outbox endpoints add|list|disable|enable|rotate-secret|public-key``: the webhook endpoints
+(ADR 0017).
 
-A new endpoint's URL passes the destination guard's registration check first (ADR 0016); its first secret is
-drawn here (``secrets.token_bytes(32)``) and printed once, as ``whsec_...``: the receiver needs it
-to verify signatures, and the library never shows it again. ``--json`` prints one JSON document.
+A new endpoint's URL passes the destination guard's registration check first (ADR 0016); its first
+key is drawn here (``secrets.token_bytes(32)``). With ``--scheme v1`` (the default) it is an HMAC
+secret, printed once as ``whsec_...``: the receiver needs it to verify signatures, and the library
+never shows it again. With ``--scheme v1a`` it is an Ed25519 private key, which is never shown:
+the command prints its PUBLIC key, ``whpk_...``, which the receiver verifies with (``public-key``
+prints it again, any time). ``--json`` prints one JSON document.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -38,9 +41,16 @@ from outbox_adapters.postgres.webhooks import (
     WebhookRefused,
     WebhookRepository,
 )
-from outbox_core.errors import BlockedDestination, ConfigurationError, InvalidMessage
+from outbox_adapters.webhook_keys import new_signing_secret, public_key_of
+from outbox_core.errors import (
+    BlockedDestination,
+    ConfigurationError,
+    InvalidMessage,
+    SecretUnavailable,
+)
 from outbox_core.ports import Encryptor
-from outbox_core.signing import WebhookSecret
+from outbox_core.signing_keys import V1, V1A, SigningKey
+from outbox_core.webhook_secrets import SCHEMES
 
 __all__ = [
     "allow_options",
@@ -62,7 +72,25 @@ def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": when(endpoint.disabled_at),
         "created_at": when(endpoint.created_at),
+        "scheme": endpoint.scheme,
     }
+
+
+def _handed_out(key_text: str) -> dict[str, str]:
+    """What the receiver is given: a v1 secret itself, or a v1a key's PUBLIC key (never the
+    private key)."""
+    if key_text.startswith("whsk_"):
+        return {"public_key": public_key_of(SigningKey.parse(key_text)).to_text()}
+    return {"secret": key_text}
+
+
+def _echo_handed_out(handed: dict[str, str]) -> None:
+    if "public_key" in handed:
+        click.echo(f"public key: {handed['public_key']}")
+        click.echo("(give the public key to the receiver; the private key is never shown)")
+    else:
+        click.echo(f"secret: {handed['secret']}")
+        click.echo("(give the secret to the receiver; it is not shown again)")
 
 
 def destination_guard(allow: Sequence[str], *, allow_http: bool) -> DestinationGuard:
@@ -90,13 +118,13 @@ def _repository_call(database: str, call: Any, encryptor: Encryptor | None = Non
 
     try:
         return run(go())
-    except WebhookRefused as exc:
+    except (WebhookRefused, SecretUnavailable) as exc:
         raise Failure(str(exc)) from None
 
 
 @click.group("endpoints")
 def endpoints_group() -> None:
-    """Webhook endpoints: add, list, disable, enable, rotate-secret."""
+    """Webhook endpoints: add, list, disable, enable, rotate-secret, public-key."""
 
 
 @endpoints_group.command("add")
@@ -111,6 +139,15 @@ def endpoints_group() -> None:
     help="An event type it receives ('*' for every type); repeat for more.",
 )
 @option("--owner", env="OUTBOX_ENDPOINT_OWNER", help="Owner's e-mail, told when it is disabled.")
+@option(
+    "--scheme",
+    env="OUTBOX_ENDPOINT_SCHEME",
+    type=click.Choice(SCHEMES),
+    default=V1,
+    show_default=True,
+    help="v1: HMAC-SHA256, a shared whsec_ secret; v1a: Ed25519, the receiver gets a whpk_ public"
+    " key (needs the crypto extra).",
+)
 @allow_options
 @encryption_keys()
 @json_option
@@ -119,17 +156,20 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     url: str,
     event_types: tuple[str, ...],
     owner: str | None,
+    scheme: str,
     allow: tuple[str, ...],
     allow_http: bool,  # noqa: FBT001
     encryption_keys: str | None,
     encryption_keys_file: str | None,
     as_json: bool,  # noqa: FBT001
 ) -> None:
-    """Register an endpoint; prints its id and its first signing secret (shown once). With
-    encryption keys the secret is stored sealed under the first key."""
+    """Register an endpoint; prints its id and what its receiver verifies with: the first signing
+    secret (v1, shown once) or the public key (v1a). With encryption keys the secret or private
+    key is stored sealed under the first key."""
     encryptor = encryptor_from(encryption_keys, encryption_keys_file)
     _check_url(url, allow, allow_http=allow_http)
-    secret = WebhookSecret.generate_from(secrets.token_bytes(32)).to_text()
+    secret = new_signing_secret(scheme)
+    handed = _handed_out(secret)  # v1a: the crypto extra is checked before anything is written
     try:
         endpoint: Endpoint = _repository_call(
             database_url,
@@ -139,11 +179,13 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     except InvalidMessage as exc:
         raise SettingError(f"the endpoint was refused, nothing was written: {exc}") from None
     if as_json:
-        click.echo(json.dumps({"endpoint": endpoint_json(endpoint), "secret": secret}))
+        click.echo(json.dumps({"endpoint": endpoint_json(endpoint), **handed}))
         return
-    click.echo(f"endpoint {endpoint.id} added for {', '.join(endpoint.event_types)}")
-    click.echo(f"secret: {secret}")
-    click.echo("(give the secret to the receiver; it is not shown again)")
+    click.echo(
+        f"endpoint {endpoint.id} added for {', '.join(endpoint.event_types)}"
+        f" (scheme {endpoint.scheme})"
+    )
+    _echo_handed_out(handed)
     click.echo(describe_secrets(encryptor))
 
 
@@ -151,7 +193,7 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
 @database_url()
 @json_option
 def list_command(database_url: str, as_json: bool) -> None:  # noqa: FBT001
-    """Every endpoint: id, state, event types, URL (never a secret)."""
+    """Every endpoint: id, state, event types, URL, signature scheme (never a secret)."""
     endpoints: list[Endpoint] = _repository_call(database_url, lambda r: r.list_endpoints())
     if as_json:
         click.echo(json.dumps({"endpoints": [endpoint_json(e) for e in endpoints]}))
@@ -160,7 +202,7 @@ def list_command(database_url: str, as_json: bool) -> None:  # noqa: FBT001
         click.echo("no endpoints")
     for e in endpoints:
         state = "enabled" if e.enabled else f"disabled ({e.disabled_reason})"
-        click.echo(f"{e.id:>6}  {state}  {','.join(e.event_types)}  {e.url}")
+        click.echo(f"{e.id:>6}  {state}  {','.join(e.event_types)}  {e.url}  {e.scheme}")
 
 
 @endpoints_group.command("disable")
@@ -233,25 +275,57 @@ def rotate_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     encryption_keys_file: str | None,
     as_json: bool,  # noqa: FBT001
 ) -> None:
-    """Add a new signing secret; the old ones keep signing for the overlap. Prints the new one.
-    With encryption keys it is stored sealed under the first key."""
+    """Add a new signing secret (or Ed25519 key, for a v1a endpoint); the old ones keep signing
+    for the overlap. Prints the new secret (v1) or the new public key (v1a). With encryption keys
+    it is stored sealed under the first key."""
     encryptor = encryptor_from(encryption_keys, encryption_keys_file)
-    secret = WebhookSecret.generate_from(secrets.token_bytes(32)).to_text()
     overlap = timedelta(hours=overlap_hours)
-    _repository_call(
-        database_url,
-        lambda r: r.rotate_secret(endpoint_id, new_secret=secret, overlap=overlap),
-        encryptor,
-    )
+
+    async def rotate(repo: WebhookRepository) -> str:
+        endpoint = await repo.endpoint(endpoint_id)
+        secret = new_signing_secret(V1 if endpoint is None else endpoint.scheme)
+        await repo.rotate_secret(endpoint_id, new_secret=secret, overlap=overlap)
+        return secret
+
+    handed = _handed_out(_repository_call(database_url, rotate, encryptor))
     if as_json:
         click.echo(
-            json.dumps(
-                {"endpoint_id": endpoint_id, "secret": secret, "overlap_hours": overlap_hours}
-            )
+            json.dumps({"endpoint_id": endpoint_id, **handed, "overlap_hours": overlap_hours})
         )
         return
-    click.echo(f"endpoint {endpoint_id}: new secret {secret}")
-    click.echo(
-        f"(the old secrets keep signing for {overlap_hours:g} h; this one is not shown again)"
-    )
+    if "public_key" in handed:
+        click.echo(f"endpoint {endpoint_id}: new public key {handed['public_key']}")
+        click.echo(
+            f"(the old keys keep signing for {overlap_hours:g} h: give the receiver the new public"
+            " key beside the old one; `outbox endpoints public-key` lists them)"
+        )
+    else:
+        click.echo(f"endpoint {endpoint_id}: new secret {handed['secret']}")
+        click.echo(
+            f"(the old secrets keep signing for {overlap_hours:g} h; this one is not shown again)"
+        )
     click.echo(describe_secrets(encryptor))
+
+
+@endpoints_group.command("public-key")
+@click.argument("endpoint_id", type=click.IntRange(min=1))
+@database_url()
+@encryption_keys()
+@json_option
+def public_key_command(
+    endpoint_id: int,
+    database_url: str,
+    encryption_keys: str | None,
+    encryption_keys_file: str | None,
+    as_json: bool,  # noqa: FBT001
+) -> None:
+    """The whpk_ public keys a v1a endpoint's receiver verifies with (every unexpired key, newest
+    first: two while a key rotates). Needs the encryption keys its private keys are sealed under."""
+    encryptor = encryptor_from(encryption_keys, encryption_keys_file)
+    keys = _repository_call(database_url, lambda r: r.public_keys(endpoint_id), encryptor)
+    texts = [key.to_text() for key in keys]
+    if as_json:
+        click.echo(json.dumps({"endpoint_id": endpoint_id, "scheme": V1A, "public_keys": texts}))
+        return
+    for text in texts:
+        click.echo(text)

@@ -34,7 +34,8 @@ from outbox_core.messages import ClaimedRow
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import Clock, WebhookSender
 from outbox_core.scrub import ScrubRules
-from outbox_core.signing import SECRET_PREFIX, WebhookSecret, webhook_headers
+from outbox_core.signing import webhook_headers
+from outbox_core.signing_keys import SECRET_PREFIX, SIGNING_KEY_PREFIX, Signer
 from outbox_core.webhook_timing import DEFAULT_FAN_OUT_TIMING, DEFAULT_WEBHOOK_TIMING
 
 __all__ = [
@@ -108,7 +109,7 @@ class _Target(Protocol):
     def enabled(self) -> bool: ...
 
     @property
-    def secrets(self) -> Sequence[WebhookSecret]: ...
+    def secrets(self) -> Sequence[Signer]: ...
 
     @property
     def msg_id(self) -> str: ...
@@ -170,9 +171,7 @@ class DeliveryHandler:
         return _redacted(outcome, target.secrets, headers)
 
 
-def _redacted(
-    outcome: Outcome, secrets_: Sequence[WebhookSecret], headers: Mapping[str, str]
-) -> Outcome:
+def _redacted(outcome: Outcome, secrets_: Sequence[Signer], headers: Mapping[str, str]) -> Outcome:
     """``outcome`` with any secret or signature removed from the response snippet it carries."""
     progress = outcome.progress
     if not progress or not isinstance(progress.get("response"), str):
@@ -182,17 +181,19 @@ def _redacted(
     return outcome.with_progress({**progress, "response": clean})
 
 
-def _secret_text(secret: WebhookSecret) -> str:
+def _secret_text(secret: Signer) -> str:
     return secret.to_text()
 
 
 def redact_snippet(text: str, words: Sequence[str]) -> str:
-    """``text`` with every occurrence of ``words`` (secrets, signatures; also without their
-    ``whsec_``/``v1,`` prefixes, as a receiver may echo the bare base64) replaced."""
+    """``text`` with every occurrence of ``words`` (secrets, keys, signatures; also without their
+    ``whsec_``/``whsk_``/``v1,``/``v1a,`` prefixes, as a receiver may echo the bare base64)
+    replaced."""
     needles: set[str] = set()
     for word in words:
         for part in re.split(r"\s+", word):
-            bare = part.removeprefix(SECRET_PREFIX).split(",", 1)[-1]
+            bare = part.removeprefix(SECRET_PREFIX).removeprefix(SIGNING_KEY_PREFIX)
+            bare = bare.split(",", 1)[-1]
             needles.update(p for p in (part, bare) if len(p) >= 8)
     for needle in sorted(needles, key=len, reverse=True):
         text = text.replace(needle, _REDACTED)

@@ -26,6 +26,7 @@ from outbox_adapters.memory.rows import Row, decoded
 from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
 from outbox_adapters.store_rules import payload_json
+from outbox_adapters.webhook_keys import check_rotation, parse_signing_secret, scheme_of
 from outbox_adapters.webhook_model import (
     DEFAULT_HEALTH_WINDOW,
     DEFAULT_SECRET_OVERLAP,
@@ -51,7 +52,7 @@ from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import NewMessage
 from outbox_core.ports import Clock
-from outbox_core.signing import WebhookSecret
+from outbox_core.webhook_secrets import StoredKey
 
 __all__ = ["MemoryEndpointOps", "WebhookEvent"]
 
@@ -84,7 +85,7 @@ class _Secret:
     id: int
     endpoint_id: int
     #: Its repr never shows the key.
-    secret: WebhookSecret
+    secret: StoredKey
     created_at: datetime
     expires_at: datetime | None = None
 
@@ -191,17 +192,18 @@ class MemoryEndpointOps:
         owner_email: str | None = None,
         secret: str,
     ) -> Endpoint:
-        """Register an endpoint with its first signing secret (``whsec_...``, the caller's)."""
+        """Register an endpoint with its first signing secret (the caller's): ``whsec_...`` signs
+        ``v1``, ``whsk_...`` ``v1a`` (Ed25519, needs the ``crypto`` extra)."""
+        key = parse_signing_secret(secret)
         url = check_endpoint_url(url)
         types = check_event_types(event_types)
         owner = check_owner(owner_email)
-        key = WebhookSecret.parse(secret)
         await asyncio.sleep(0)
         with self._locked("add_endpoint") as now:
             endpoint = Endpoint(
                 id=self._new_id("endpoint"), url=url, event_types=types, enabled=True,
                 owner_email=owner, disabled_reason=None, disabled_at=None,
-                created_at=now, updated_at=now,
+                created_at=now, updated_at=now, scheme=scheme_of(key),
             )  # fmt: skip
             self._endpoints[endpoint.id] = endpoint
             self._secrets[endpoint.id] = [_Secret(self._new_id("secret"), endpoint.id, key, now)]
@@ -268,13 +270,13 @@ class MemoryEndpointOps:
         overlap: timedelta = DEFAULT_SECRET_OVERLAP,
         now: datetime | None = None,
     ) -> None:
-        """Add ``new_secret``; every secret live now keeps signing beside it until ``overlap``
-        has passed, then only the new one signs."""
+        """Add ``new_secret`` (of the endpoint's scheme); every secret live now keeps signing
+        beside it until ``overlap`` has passed, then only the new one signs."""
         check_overlap(overlap)
-        key = WebhookSecret.parse(new_secret)
+        key = parse_signing_secret(new_secret)
         await asyncio.sleep(0)
         with self._locked("rotate_secret") as at:
-            self._endpoint(endpoint_id)
+            check_rotation(endpoint_id, self._endpoint(endpoint_id).scheme, key)
             ends = stamp(self._clock, now) + overlap
             for old in self._secrets[endpoint_id]:
                 if old.expires_at is None or old.expires_at > ends:

@@ -25,8 +25,9 @@ endpoint)) and does only what is webhook-specific:
   interrupted replay is a clone whose ``replay_completed_at`` is ``None``, visible and
   re-runnable), then its deliveries and its completion.
 
-Secrets live in this object only, as :class:`~outbox_core.signing.WebhookSecret` values (whose
-repr never shows a key); nothing here logs one. There is nothing at rest to seal, so unlike the
+Secrets live in this object only, as :class:`~outbox_core.signing_keys.WebhookSecret` (``v1``) or
+:class:`~outbox_core.signing_keys.SigningKey` (``v1a``) values (whose repr never shows a key);
+nothing here logs one. There is nothing at rest to seal, so unlike the
 PostgreSQL repository it takes no encryptor. Time is the deliveries store's clock (PostgreSQL: the
 database's); ``available = False`` on a store makes every operation raise ``StoreUnavailable``.
 """
@@ -44,12 +45,14 @@ from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
 from outbox_adapters.memory.webhook_endpoints import MemoryEndpointOps, WebhookEvent
 from outbox_adapters.store_rules import payload_json
+from outbox_adapters.webhook_keys import public_key_of, signer_of
 from outbox_adapters.webhook_model import (
     DELIVERY_LANE,
     DeliveryTarget,
     FanOut,
     Notice,
     Replay,
+    WebhookRefused,
     check_replay_target,
     event_body,
     event_of,
@@ -62,6 +65,7 @@ from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark
 from outbox_core.ports import MarkResult
+from outbox_core.signing_keys import PublicKey, SigningKey
 
 __all__ = ["MemoryWebhookRepository", "WebhookEvent"]
 
@@ -201,6 +205,18 @@ class MemoryWebhookRepository(MemoryEndpointOps):
 
     # --- one attempt's target ----------------------------------------------------------------------
 
+    async def public_keys(self, endpoint_id: int) -> tuple[PublicKey, ...]:
+        """The ``whpk_`` keys of a ``v1a`` endpoint's unexpired keys, newest first."""
+        await asyncio.sleep(0)
+        with self._locked("public_keys") as at:
+            if self._endpoint(endpoint_id).scheme != "v1a":
+                raise WebhookRefused(f"webhook endpoint {endpoint_id} signs v1: no public key")
+            live = [
+                s for s in self._secrets[endpoint_id] if s.expires_at is None or s.expires_at > at
+            ]
+        live.sort(key=lambda s: (s.created_at, s.id), reverse=True)
+        return tuple(public_key_of(s.secret) for s in live if isinstance(s.secret, SigningKey))
+
     async def delivery_target(
         self, delivery_id: int, *, now: datetime | None = None
     ) -> DeliveryTarget | None:
@@ -223,7 +239,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             endpoint_id=endpoint.id,
             url=endpoint.url,
             enabled=endpoint.enabled,
-            secrets=tuple(s.secret for s in live),
+            secrets=tuple(signer_of(s.secret, endpoint_id=endpoint.id) for s in live),
             msg_id=event.msg_id,
             event_type=event.event_type,
             body=event_body(event.event_type, event.created_at, json.loads(event.data)),

@@ -14,7 +14,8 @@ line of defence both formatters here, this JSON one and :class:`TextFormatter` (
 redaction (:func:`outbox_core.redaction.redact_text`): a URL's password (``smtp://user:***@host``,
 ``postgresql://:***@db``), secret query parameters and libpq ``key=value`` pairs (``password``,
 ``sslpassword``, ``token``, ``api_key`` ..., quoted or not), the credential of an
-``Authorization`` scheme (``Bearer ***``) and webhook signing secrets (``whsec_***``).
+``Authorization`` scheme (``Bearer ***``) and webhook signing secrets and keys (``whsec_***``,
+``whsk_***``).
 """
 
 from __future__ import annotations

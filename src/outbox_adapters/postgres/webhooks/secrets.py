@@ -49,10 +49,12 @@ SEAL_COMMAND: Final = "outbox keys seal-secrets"
 
 #: Every stored secret; ``live``: unexpired now (only those sign, so only they need a key).
 STORED_SECRETS: Final = """
-SELECT id, endpoint_id, secret,
-       (expires_at IS NULL OR expires_at > now()) AS live
-FROM outbox_webhook_secret
-ORDER BY id
+SELECT s.id, s.endpoint_id, s.secret,
+       (s.expires_at IS NULL OR s.expires_at > now()) AS live,
+       coalesce(e.scheme, 'v1') AS scheme
+FROM outbox_webhook_secret AS s
+JOIN outbox_webhook_endpoint AS e ON e.id = s.endpoint_id
+ORDER BY s.id
 """
 
 #: One secret's new text, compare-and-set on the text the pass read.
@@ -72,6 +74,8 @@ class StoredSecret:
     endpoint_id: int
     secret: str = attrs.field(repr=False)
     live: bool
+    #: The endpoint's signature scheme (``v1`` or ``v1a``): which key the secret holds.
+    scheme: str = "v1"
 
 
 @attrs.frozen
@@ -159,7 +163,11 @@ def plan_sealing(
     for row in stored:
         try:
             new = reseal_secret(
-                row.secret, endpoint_id=row.endpoint_id, encryptor=encryptor, rotate=rotate
+                row.secret,
+                endpoint_id=row.endpoint_id,
+                encryptor=encryptor,
+                rotate=rotate,
+                scheme=row.scheme,
             )
         except SecretUnavailable as exc:
             unreadable[row.id] = str(exc)

@@ -24,6 +24,7 @@ __all__ = [
     "INSERT_ENDPOINT",
     "INSERT_EVENTS",
     "INSERT_SECRET",
+    "LIVE_SECRETS",
     "LOCK_ENDPOINT",
     "MISSED_EVENTS",
     "OPEN_REPLAY",
@@ -141,7 +142,7 @@ ORDER BY d.resolved_at, d.id
 #: delivery for a retry, the deliveries a fan-out round just wrote for their first attempts).
 DELIVERY_TARGET = """
 SELECT d.id, d.event_id, d.endpoint_id, e.url, e.enabled, ev.msg_id, ev.event_type,
-       ev.data::text AS data, ev.created_at,
+       ev.data::text AS data, ev.created_at, coalesce(e.scheme, 'v1') AS scheme,
        ARRAY(
            SELECT s.secret FROM outbox_webhook_secret AS s
            WHERE s.endpoint_id = e.id
@@ -157,16 +158,24 @@ WHERE d.id = ANY(%(ids)s::bigint[])
 # --- endpoints ------------------------------------------------------------------------------------
 
 INSERT_ENDPOINT = """
-INSERT INTO outbox_webhook_endpoint (url, event_types, owner_email)
-VALUES (%(url)s, %(event_types)s::text[], %(owner_email)s)
+INSERT INTO outbox_webhook_endpoint (url, event_types, owner_email, scheme)
+VALUES (%(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s)
 RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
 """
 
 INSERT_SECRET = """
 INSERT INTO outbox_webhook_secret (endpoint_id, secret, expires_at)
 VALUES (%(endpoint_id)s, %(secret)s, NULL)
 """  # noqa: S105 - SQL that stores a secret, not a secret
+
+#: An endpoint's unexpired secrets, newest first (their public keys, for a v1a endpoint).
+LIVE_SECRETS = """
+SELECT s.secret FROM outbox_webhook_secret AS s
+WHERE s.endpoint_id = %(endpoint_id)s
+  AND (s.expires_at IS NULL OR s.expires_at > coalesce(%(now)s::timestamptz, now()))
+ORDER BY s.created_at DESC, s.id DESC
+"""
 
 #: Rotation: every secret still live past the overlap now expires at the end of the overlap.
 EXPIRE_SECRETS = """
@@ -179,14 +188,14 @@ WHERE endpoint_id = %(endpoint_id)s
 
 ENDPOINT = """
 SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
 FROM outbox_webhook_endpoint
 WHERE id = %(id)s
 """
 
 LOCK_ENDPOINT = """
 SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
 FROM outbox_webhook_endpoint
 WHERE id = %(id)s
 FOR UPDATE
@@ -194,7 +203,7 @@ FOR UPDATE
 
 ENDPOINTS = """
 SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
 FROM outbox_webhook_endpoint
 ORDER BY id
 """
@@ -205,7 +214,7 @@ SET enabled = false, disabled_reason = %(reason)s, disabled_at = coalesce(%(now)
     updated_at = now()
 WHERE id = %(id)s AND enabled
 RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
 """
 
 ENABLE_ENDPOINT = """
@@ -213,7 +222,7 @@ UPDATE outbox_webhook_endpoint
 SET enabled = true, disabled_reason = NULL, disabled_at = NULL, updated_at = now()
 WHERE id = %(id)s
 RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
 """
 
 #: The events of an endpoint's types created since it was disabled that have no delivery to it.
@@ -269,7 +278,7 @@ streak AS (
     GROUP BY d.endpoint_id
 )
 SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
 FROM outbox_webhook_endpoint
 WHERE enabled
   AND id IN (

@@ -1,6 +1,6 @@
 """The attempt side of :class:`~.repository.WebhookRepository`: what an attempt of a delivery needs
-(its endpoint's URL and state, every unexpired signing secret, opened, its event's stable id and
-exact body), read in one query for one delivery or for the deliveries a fan-out round just wrote.
+(its endpoint's URL and state, every unexpired signing secret or key, opened and bound to its
+scheme's signer, its event's stable id and exact body), read in one query for one delivery or for the deliveries a fan-out round just wrote.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 from outbox_adapters.postgres.errors import mapped_outages
 from outbox_adapters.postgres.webhooks import statements
 from outbox_adapters.postgres.webhooks.endpoints import _all
+from outbox_adapters.webhook_keys import signer_of
 from outbox_adapters.webhook_model import DeliveryTarget, event_body
 from outbox_core.errors import SecretUnavailable
 from outbox_core.ports import Encryptor
@@ -72,7 +73,15 @@ class TargetReads:
             enabled=record["enabled"],
             # Opened here, in the sender's process; SecretUnavailable (naming the key id) if not.
             secrets=tuple(
-                read_secret(s, endpoint_id=record["endpoint_id"], encryptor=self._encryptor)
+                signer_of(
+                    read_secret(
+                        s,
+                        endpoint_id=record["endpoint_id"],
+                        encryptor=self._encryptor,
+                        scheme=record["scheme"],
+                    ),
+                    endpoint_id=record["endpoint_id"],
+                )
                 for s in record["secrets"]
             ),
             msg_id=record["msg_id"],
