@@ -67,7 +67,7 @@ from outbox_adapters.runtime.born import DEFAULT_FIRST_ATTEMPTS
 from outbox_core.outcomes import OutcomeKind
 from outbox_core.signing import WebhookSecret, webhook_headers
 
-__all__ = ["load_events", "measure", "verify_deliveries"]
+__all__ = ["library_drain", "load_events", "measure", "retry_lane_share", "verify_deliveries"]
 
 EVENT_TYPE: Final = "invoice.paid"
 #: Seconds one naive request may take (httpx's own default is 5).
@@ -166,6 +166,13 @@ async def load_events(dsn: str, events: int, keys: int | None = None) -> None:
 _RETRY_LANE_SHARE: dict[str, list[int]] = {}
 
 
+def retry_lane_share() -> dict[str, list[int]]:
+    """Per ordered library variant, the deliveries each run sent through the retry lane."""
+    return {
+        what: list(counts) for what, counts in _RETRY_LANE_SHARE.items() if "keys=None" not in what
+    }
+
+
 async def verify_deliveries(pool: AsyncConnectionPool[Any], events: int, what: str) -> None:
     async with pool.connection() as conn:
         deliveries = await (await conn.execute(_DELIVERIES)).fetchall()
@@ -179,7 +186,7 @@ async def verify_deliveries(pool: AsyncConnectionPool[Any], events: int, what: s
         raise RuntimeError(f"webhooks {what}: outbox rows {outbox}, expected all dispatched")
 
 
-async def _library(  # noqa: PLR0913 - one drain and its variant's options
+async def library_drain(  # noqa: PLR0913 - one drain and its variant's options
     pool: AsyncConnectionPool[Any],
     dsn: str,
     events: int,
@@ -238,16 +245,16 @@ def _drains(
         return await _naive_async(url, secret, events)
 
     async def library() -> tuple[int, float]:
-        return await _library(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS)
+        return await library_drain(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS)
 
     async def library_one_in_flight() -> tuple[int, float]:
-        return await _library(pool, dsn, events, 1)
+        return await library_drain(pool, dsn, events, 1)
 
     async def library_per_row_fan_out() -> tuple[int, float]:
-        return await _library(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS, per_row=True)
+        return await library_drain(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS, per_row=True)
 
     async def library_ordered_100_keys() -> tuple[int, float]:
-        return await _library(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS, keys=ORDERING_KEYS)
+        return await library_drain(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS, keys=ORDERING_KEYS)
 
     async def reused_client() -> tuple[int, float]:
         return _reused_client(url, secret, events)
@@ -311,9 +318,10 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         "ratio": ratio(figures["library"], naive_fig),
         "one_in_flight_ratio": ratio(figures["library_one_in_flight"], naive_fig),
         "per_row_fan_out_ratio": ratio(figures["library_per_row_fan_out"], naive_fig),
+        "ordered_ratio": ratio(figures["library_ordered_100_keys"], naive_fig),
         "batched_vs_per_row": ratio(figures["library"], figures["library_per_row_fan_out"]),
         "ordered_vs_keyless": ratio(figures["library_ordered_100_keys"], figures["library"]),
-        "ordered_by_retry_lane": dict(_RETRY_LANE_SHARE),
+        "ordered_by_retry_lane": retry_lane_share(),
         "naive_async_ratio": ratio(figures["naive_async"], naive_fig),
         "reused_client_ratio": ratio(figures["reused_client"], naive_fig),
         "sender_only_ratio": ratio(figures["sender_only"], naive_fig),
