@@ -36,6 +36,7 @@ from bench import (
     server,
     smtp_e2e,
     variants,
+    webhook_ordering,
     webhooks,
 )
 from bench.settings import FULL, QUICK, Sizes
@@ -48,6 +49,7 @@ COMPARISONS: Final[dict[str, Callable[..., Any]]] = {
     "peers": peers.measure,
     "smtp": smtp_e2e.measure,
     "webhooks": webhooks.measure,
+    "webhook_ordering": webhook_ordering.measure,
     "relay": relay.measure,
     "history": history.measure,
     "retention": retention.measure,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench import retention
+from bench import retention, webhook_ordering
 from bench.stats import Figure
 
 __all__ = ["markdown", "plain", "write"]
@@ -215,6 +215,12 @@ def _webhooks(r: Mapping[str, Any]) -> list[str]:
             "library_per_row_fan_out",
             "library_per_row_fan_out_per_s",
             "per_row_fan_out_ratio",
+        ),
+        (
+            "library, 100 ordering keys (ADR 0018)",
+            "library_ordered_100_keys",
+            "library_ordered_100_keys_per_s",
+            "ordered_ratio",
         ),
         ("one reused client", "reused_client", "reused_client_per_s", "reused_client_ratio"),
         ("sender only", "sender_only", "sender_only_per_s", "sender_only_ratio"),
@@ -419,6 +425,7 @@ _SECTIONS = {
     "peers": _peers,
     "smtp": _smtp,
     "webhooks": _webhooks,
+    "webhook_ordering": lambda r: webhook_ordering.section(r, _cell),
     "relay": _relay,
     "history": _history,
     "retention": lambda r: retention.section(r, _cell),

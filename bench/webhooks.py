@@ -20,6 +20,11 @@ POSTing signed events to the same local HTTP receiver in its own process.
 - ``library_per_row_fan_out``: ``library`` with the drainer one row at a time
   (``drain_lane(rows_in_flight=1)``): one fan-out transaction per event, the drainer as it was
   before the batched fan-out; the "before" beside ``library``'s "after", in the same run.
+- ``library_ordered_100_keys``: ``library`` with every event enqueued with an ordering key, 100
+  keys in turn (``enqueue_webhook(..., ordering_key=)``, ADR 0018): a delivery is not attempted
+  while an earlier one of its (endpoint, key) is pending, so a delivery whose key's previous one
+  is still in flight is born waiting and goes out through the retry lane's keyed claim once that
+  one is dispatched. Beside ``library`` (keyless): the cost of the order.
 - ``reused_client``: a diagnostic: the naive loop with ONE ``httpx.Client`` for all the requests
   (keep-alive), in sequence, no database.
 - ``sender_only``: a diagnostic: the library's ``HttpxWebhookSender`` alone, 32 POSTs in flight,
@@ -27,8 +32,9 @@ POSTing signed events to the same local HTTP receiver in its own process.
   ``library`` is what the fan-out, the per-delivery target load, the marks and the runtime cost.
 
 Each run checks the receiver answered exactly N requests; for the library, that every delivery row
-ended ``dispatched`` with ``attempts = 1`` (no first attempt was handed to the retry lane) and every
-outbox row ``dispatched``.
+ended ``dispatched`` with ``attempts = 1`` (no first attempt was handed to the retry lane, except,
+with ordering keys, the deliveries born waiting, each claimed once) and every outbox row
+``dispatched``.
 """
 
 from __future__ import annotations
@@ -61,11 +67,13 @@ from outbox_adapters.runtime.born import DEFAULT_FIRST_ATTEMPTS
 from outbox_core.outcomes import OutcomeKind
 from outbox_core.signing import WebhookSecret, webhook_headers
 
-__all__ = ["load_events", "measure", "verify_deliveries"]
+__all__ = ["library_drain", "load_events", "measure", "retry_lane_share", "verify_deliveries"]
 
 EVENT_TYPE: Final = "invoice.paid"
 #: Seconds one naive request may take (httpx's own default is 5).
 NAIVE_TIMEOUT: Final = 10.0
+#: The ordering keys of ``library_ordered_100_keys``, used in turn.
+ORDERING_KEYS: Final = 100
 #: The pool of the library's workers: the size ``outbox worker --lane webhooks`` opens.
 POOL_SIZE: Final = 12
 GUARD: Final = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
@@ -140,14 +148,29 @@ async def _sender_only(url: str, secret: WebhookSecret, events: int) -> tuple[in
     return events, elapsed
 
 
-async def load_events(dsn: str, events: int) -> None:
-    """Empty the webhook tables (the endpoint stays) and write ``events`` events, one transaction."""
+async def load_events(dsn: str, events: int, keys: int | None = None) -> None:
+    """Empty the webhook tables (the endpoint stays) and write ``events`` events, one transaction;
+    with ``keys``, event ``n`` has the ordering key ``k{n % keys}``."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(_TRUNCATE)
         async with conn.transaction():
             for number in range(events):
-                await enqueue_webhook_async(conn, EVENT_TYPE, _data(number), notify=False)
+                key = None if keys is None else f"k{number % keys}"
+                await enqueue_webhook_async(
+                    conn, EVENT_TYPE, _data(number), ordering_key=key, notify=False
+                )
         await conn.execute("VACUUM ANALYZE outbox_webhook")
+
+
+#: Per library variant, how many deliveries each run sent through the retry lane (born waiting).
+_RETRY_LANE_SHARE: dict[str, list[int]] = {}
+
+
+def retry_lane_share() -> dict[str, list[int]]:
+    """Per ordered library variant, the deliveries each run sent through the retry lane."""
+    return {
+        what: list(counts) for what, counts in _RETRY_LANE_SHARE.items() if "keys=None" not in what
+    }
 
 
 async def verify_deliveries(pool: AsyncConnectionPool[Any], events: int, what: str) -> None:
@@ -163,15 +186,16 @@ async def verify_deliveries(pool: AsyncConnectionPool[Any], events: int, what: s
         raise RuntimeError(f"webhooks {what}: outbox rows {outbox}, expected all dispatched")
 
 
-async def _library(
+async def library_drain(  # noqa: PLR0913 - one drain and its variant's options
     pool: AsyncConnectionPool[Any],
     dsn: str,
     events: int,
     first_attempts: int,
     *,
     per_row: bool = False,
+    keys: int | None = None,
 ) -> tuple[int, float]:
-    await load_events(dsn, events)
+    await load_events(dsn, events, keys)
     # per_row: the drainer one row at a time, one fan-out transaction per row (before ADR 0017's
     # batched fan-out); else the default: a claimed batch fanned out in one transaction.
     drain = drain_lane(poll_interval=DRAIN_POLL, **({"rows_in_flight": 1} if per_row else {}))
@@ -186,12 +210,18 @@ async def _library(
         started = time.perf_counter()
         stats = await workers.run(drain=True)
         elapsed = time.perf_counter() - started
-    what = f"library first_attempts={first_attempts} per_row={per_row}"
-    if stats.first_attempts.dispatched != events or stats.retries.dispatched:
+    what = f"library first_attempts={first_attempts} per_row={per_row} keys={keys}"
+    # Keyless, every delivery goes out on its first attempt in-process; with keys, those born
+    # waiting behind their key's previous delivery go out through the retry lane's claim.
+    by_retry_lane = stats.retries.dispatched if keys is not None else 0
+    if stats.first_attempts.dispatched + by_retry_lane != events or (
+        keys is None and stats.retries.dispatched
+    ):
         raise RuntimeError(
             f"webhooks {what}: first attempts dispatched {stats.first_attempts.dispatched},"
-            f" retries {stats.retries.dispatched}; expected {events} and 0"
+            f" retries {stats.retries.dispatched}; expected {events} in all"
         )
+    _RETRY_LANE_SHARE.setdefault(what, []).append(by_retry_lane)
     await verify_deliveries(pool, events, what)
     return events, elapsed
 
@@ -215,13 +245,16 @@ def _drains(
         return await _naive_async(url, secret, events)
 
     async def library() -> tuple[int, float]:
-        return await _library(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS)
+        return await library_drain(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS)
 
     async def library_one_in_flight() -> tuple[int, float]:
-        return await _library(pool, dsn, events, 1)
+        return await library_drain(pool, dsn, events, 1)
 
     async def library_per_row_fan_out() -> tuple[int, float]:
-        return await _library(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS, per_row=True)
+        return await library_drain(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS, per_row=True)
+
+    async def library_ordered_100_keys() -> tuple[int, float]:
+        return await library_drain(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS, keys=ORDERING_KEYS)
 
     async def reused_client() -> tuple[int, float]:
         return _reused_client(url, secret, events)
@@ -235,6 +268,7 @@ def _drains(
         "library": library,
         "library_one_in_flight": library_one_in_flight,
         "library_per_row_fan_out": library_per_row_fan_out,
+        "library_ordered_100_keys": library_ordered_100_keys,
         "reused_client": reused_client,
         "sender_only": sender_only,
     }
@@ -284,7 +318,10 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         "ratio": ratio(figures["library"], naive_fig),
         "one_in_flight_ratio": ratio(figures["library_one_in_flight"], naive_fig),
         "per_row_fan_out_ratio": ratio(figures["library_per_row_fan_out"], naive_fig),
+        "ordered_ratio": ratio(figures["library_ordered_100_keys"], naive_fig),
         "batched_vs_per_row": ratio(figures["library"], figures["library_per_row_fan_out"]),
+        "ordered_vs_keyless": ratio(figures["library_ordered_100_keys"], figures["library"]),
+        "ordered_by_retry_lane": retry_lane_share(),
         "naive_async_ratio": ratio(figures["naive_async"], naive_fig),
         "reused_client_ratio": ratio(figures["reused_client"], naive_fig),
         "sender_only_ratio": ratio(figures["sender_only"], naive_fig),
@@ -296,6 +333,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             " row in flight",
             "library_per_row_fan_out": "the same as library (the fan-out writes nothing twice"
             " either way)",
+            "library_ordered_100_keys": "the same as library",
             "naive": "none recorded: no database, so nothing is repeated and nothing is resumed"
             " after a crash",
             "naive_async": "the same",
@@ -312,6 +350,8 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             "library_per_row_fan_out": "the same with the drainer one row at a time"
             " (drain_lane(rows_in_flight=1)): one fan-out transaction per event, as before the"
             " batched fan-out",
+            "library_ordered_100_keys": f"the same as library, every event with an ordering key"
+            f" ({ORDERING_KEYS} keys in turn); deliveries born waiting go out by the retry lane",
             "reused_client": "one httpx.Client for every request, in sequence (diagnostic)",
             "sender_only": f"HttpxWebhookSender alone, {DEFAULT_FIRST_ATTEMPTS} in flight,"
             " requests signed before the clock starts, no database (diagnostic)",

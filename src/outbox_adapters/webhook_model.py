@@ -6,7 +6,9 @@ only, so neither repository's technology leaks into the other (``outbox_adapters
 free of psycopg and SQLAlchemy).
 
 - :func:`webhook_message` is the one check of what ``enqueue_webhook`` writes (an event type that is
-  a sane name, data that is a JSON object), so a bad event fails at enqueue, in the host's code.
+  a sane name, data that is a JSON object, an optional ordering key that is short text:
+  :func:`check_ordering_key`), so a bad event fails at enqueue, in the host's code;
+  :func:`ordering_key_of` reads the key back at fan-out.
 - :func:`event_body` is the one encoding of the bytes every delivery of an event POSTs (canonical
   JSON: sorted keys, no spaces), so a retry signs and sends the same body.
 - :func:`check_endpoint_url`, :func:`check_owner`, :func:`check_overlap`, :func:`check_window` and
@@ -51,6 +53,7 @@ __all__ = [
     "check_endpoint_url",
     "check_event_type",
     "check_event_types",
+    "check_ordering_key",
     "check_overlap",
     "check_owner",
     "check_reason",
@@ -61,6 +64,7 @@ __all__ = [
     "health_reason",
     "new_msg_id",
     "notice_key",
+    "ordering_key_of",
     "owner_message",
     "receives",
     "refused_disabled",
@@ -86,6 +90,8 @@ ANY_EVENT_TYPE: Final = "*"
 #: ``invoice.paid``, ``user:created``, ``Order_Shipped.v2``: a letter or digit, then up to 127 of
 #: ``[A-Za-z0-9._:-]``. No spaces, quotes or control characters reach a header, a log or a query.
 _EVENT_TYPE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+#: An ordering key: 1 to 200 characters (an id or two), no C0/C1 control character.
+_ORDERING_KEY: Final = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,200}")
 
 
 class WebhookRefused(OutboxError):
@@ -110,20 +116,35 @@ def check_event_types(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v if v == ANY_EVENT_TYPE else check_event_type(v) for v in values))
 
 
+def check_ordering_key(value: object) -> str | None:
+    """``value`` if it is ``None`` or an ordering key (1 to 200 characters, none of them a control
+    character), else :class:`InvalidMessage` naming the rule."""
+    if value is None or (isinstance(value, str) and _ORDERING_KEY.fullmatch(value)):
+        return value
+    raise InvalidMessage(
+        "a webhook ordering key is None or 1 to 200 characters of text without control"
+        f" characters, got {value!r:.80}"
+    )
+
+
 def webhook_message(
-    event_type: str, data: Mapping[str, Any], *, idempotency_key: str | None = None
+    event_type: str,
+    data: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+    ordering_key: str | None = None,
 ) -> NewMessage:
-    """The webhook outbox row for one event (lane ``webhooks``)."""
+    """The webhook outbox row for one event (lane ``webhooks``); with ``ordering_key`` the payload
+    carries it (``"ordering_key"``) for the fan-out to copy onto the event and its deliveries."""
     check_event_type(event_type)
     if not isinstance(data, Mapping):
         raise InvalidMessage(
             f"webhook data must be a JSON object (a mapping), got {type(data).__name__}"
         )
-    return NewMessage(
-        WEBHOOK_LANE,
-        {"event_type": event_type, "data": dict(data)},
-        idempotency_key=idempotency_key,
-    )
+    payload: dict[str, Any] = {"event_type": event_type, "data": dict(data)}
+    if check_ordering_key(ordering_key) is not None:
+        payload["ordering_key"] = ordering_key
+    return NewMessage(WEBHOOK_LANE, payload, idempotency_key=idempotency_key)
 
 
 def event_of(row: ClaimedRow) -> tuple[str, JSONObject]:
@@ -136,6 +157,16 @@ def event_of(row: ClaimedRow) -> tuple[str, JSONObject]:
     if not isinstance(data, Mapping):
         raise InvalidMessage(f"webhook outbox row {row.id}: 'data' is not a JSON object")
     return check_event_type(payload.get("event_type")), data
+
+
+def ordering_key_of(row: ClaimedRow) -> str | None:
+    """The ordering key a webhook outbox row carries (``None``: none), or :class:`InvalidMessage`
+    for one that :func:`check_ordering_key` refuses (a row written around ``enqueue_webhook``)."""
+    key = row.payload.get("ordering_key") if isinstance(row.payload, Mapping) else None
+    try:
+        return check_ordering_key(key)
+    except InvalidMessage as exc:
+        raise InvalidMessage(f"webhook outbox row {row.id}: {exc}") from None
 
 
 def new_msg_id() -> str:

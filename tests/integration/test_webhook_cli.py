@@ -138,6 +138,24 @@ def test_enqueue_webhook_writes_one_event_and_refuses_bad_input(dsn):
     ]
 
 
+def test_enqueue_webhook_takes_an_ordering_key_and_refuses_a_bad_one(dsn):
+    ok = outbox(
+        "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+        "--data", '{"invoice": 8}', "--ordering-key", "customer-42",
+    )  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    for bad_key in ("", "x" * 201, "two\nlines"):
+        bad = outbox(
+            "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+            "--data", "{}", "--ordering-key", bad_key,
+        )  # fmt: skip
+        assert bad.exit_code == 2
+        assert "ordering key" in one_line_error(bad)
+    assert query(dsn, "SELECT payload FROM outbox_webhook") == [
+        ({"event_type": "invoice.paid", "data": {"invoice": 8}, "ordering_key": "customer-42"},)
+    ]
+
+
 def test_deliveries_are_grouped_by_error_and_replay_makes_due_deliveries(dsn):
     endpoint = add(dsn)["endpoint"]["id"]
     fan = steps(dsn, lambda wh: wh.drained())

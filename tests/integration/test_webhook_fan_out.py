@@ -1,6 +1,7 @@
 """The webhook model's PostgreSQL-only cases: enqueue on the host's transaction, a failure between
-the fan-out's statements (one transaction), the legacy NULL-due claim, and a disable mark on a
-table without endpoints.
+the fan-out's statements (one transaction), the legacy NULL-due claim, a disable mark on a table
+without endpoints, and ``outbox schema apply`` adding the ordering-key columns to a database an
+earlier release made.
 
 The repository's semantics (fan-out, born lease, fences, 410 marks, replay, endpoints, health)
 are the contract suite's, run against PostgreSQL and the in-memory repository alike:
@@ -9,6 +10,7 @@ tests/contract/test_webhook_repository_contract.py.
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 
 import attrs
@@ -17,7 +19,7 @@ import pytest
 from tests.support.contract import VIA
 from tests.support.webhooks import BIRTH, token
 
-from outbox_adapters.postgres import PostgresStore, outbox_message, statements
+from outbox_adapters.postgres import PostgresStore, outbox_message, schema, statements
 from outbox_adapters.postgres.enqueue import TransactionRequired
 from outbox_adapters.postgres.webhooks import (
     DELIVERY_LANE,
@@ -147,3 +149,31 @@ async def test_a_store_whose_table_has_no_endpoint_refuses_a_disable_mark_and_wr
     assert await wh.rows("SELECT status FROM outbox_message WHERE id = %s", row_id) == [
         ("pending",)
     ]
+
+
+# --- schema upgrade -------------------------------------------------------------------------------
+
+
+def test_schema_apply_adds_the_ordering_key_columns_and_index_to_an_earlier_database(
+    postgres_dsn: str,
+):
+    # A schema of its own, so dropping things here can't disturb the other tests' tables.
+    name = f"ordering_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    private = psycopg.conninfo.make_conninfo(postgres_dsn, options=f"-c search_path={name}")
+    try:
+        schema.apply(private)
+        with psycopg.connect(private, autocommit=True) as conn:  # as an earlier release made it
+            conn.execute("ALTER TABLE outbox_webhook_delivery DROP COLUMN ordering_key")
+            conn.execute("ALTER TABLE outbox_webhook_event DROP COLUMN ordering_key")
+        assert schema.verify(private) == [
+            "column outbox_webhook_event.ordering_key is missing",
+            "column outbox_webhook_delivery.ordering_key is missing",
+            "index ix_outbox_webhook_delivery_key_order on outbox_webhook_delivery is missing",
+        ]
+        schema.apply(private)
+        assert schema.verify(private) == []
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {name} CASCADE")

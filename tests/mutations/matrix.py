@@ -27,6 +27,7 @@ from outbox_adapters.lanes import in_flight as _in_flight
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.lanes import send_caps as _send_caps
+from outbox_adapters.postgres import delivery_order as _delivery_order
 from outbox_adapters.postgres import operator_statements, statements
 from outbox_adapters.postgres import retention as _retention
 from outbox_adapters.postgres import store as _postgres_store
@@ -494,14 +495,22 @@ MUTANTS += (
         "born-leased delivery rows",
         "create them with a NULL due time (the legacy claim branch takes them at once)",
         f"{WEBHOOK_CONTRACT}::test_the_retry_claim_cannot_take_a_delivery_inside_its_birth_lease_and_takes_it_after[postgres]",
-        _webhook_replace("BORN_DELIVERIES", "now() + %(birth_lease)s::interval,", "NULL,"),
+        _webhook_replace(
+            "BORN_DELIVERIES",
+            "ELSE now() + %(birth_lease)s::interval END,",
+            "ELSE NULL END,",
+        ),
     ),
     Mutant(
         "webhook-born-lease-now",
         "born-leased delivery rows",
         "create them due now (no birth lease)",
         f"{WEBHOOK_CONTRACT}::test_the_retry_claim_cannot_take_a_delivery_inside_its_birth_lease_and_takes_it_after[postgres]",
-        _webhook_replace("BORN_DELIVERIES", "now() + %(birth_lease)s::interval,", "now(),"),
+        _webhook_replace(
+            "BORN_DELIVERIES",
+            "ELSE now() + %(birth_lease)s::interval END,",
+            "ELSE now() END,",
+        ),
     ),
     Mutant(
         "webhook-fan-out-two-transactions",
@@ -963,6 +972,34 @@ MUTANTS += (
         (_signing, "_FORMS", {V1: _signing._FORMS[V1]}),
     ),
 )
+
+# --- webhook deliveries' per-(endpoint, key) order (ADR 0018) -------------------------------------
+# The keyed guard is added at render time to the one CLAIM template (delivery_order); this mutant
+# drops it, so the deliveries table is claimed as every other queue table.
+
+WEBHOOK_ORDERING = "tests/contract/test_webhook_ordering_contract.py"
+
+MUTANTS += (
+    Mutant(
+        "webhook-delivery-claim-no-key-order",
+        "per-(endpoint, key) order in the webhook deliveries' claim",
+        "drop the keyed guard (a later delivery of a key is claimed while an earlier one is pending)",
+        f"{WEBHOOK_ORDERING}::test_a_later_delivery_of_a_key_waits_until_the_earlier_one_is_delivered_or_terminal[postgres]",
+        (_delivery_order, "EARLIER_DELIVERY_PENDING", ""),
+    ),
+    Mutant(
+        "webhook-born-keyed-delivery-does-not-wait",
+        "a keyed delivery behind a pending one of its (endpoint, key) is born waiting",
+        "born leased to a first attempt whatever is pending before it (BORN_DELIVERIES)",
+        f"{WEBHOOK_ORDERING}::test_a_delivery_is_born_waiting_behind_a_pending_one_of_an_earlier_fan_out[postgres]",
+        _webhook_replace(
+            "BORN_DELIVERIES",
+            "CASE WHEN v.ordering_key IS NULL THEN false",
+            "CASE WHEN true THEN false",
+        ),
+    ),
+)
+
 
 BY_NAME: dict[str, Mutant] = {mutant.name: mutant for mutant in MUTANTS}
 

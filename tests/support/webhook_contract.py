@@ -60,8 +60,11 @@ class MemoryWebhooks(WebhookSteps):
         )
         self.secrets = {}
 
-    async def enqueue(self, event_type: str = "invoice.paid", **data: Any) -> int:
-        return int(self.outbox.enqueue(webhook_message(event_type, data or {"invoice": 7})).row_id)
+    async def enqueue(
+        self, event_type: str = "invoice.paid", *, ordering_key: str | None = None, **data: Any
+    ) -> int:
+        message = webhook_message(event_type, data or {"invoice": 7}, ordering_key=ordering_key)
+        return int(self.outbox.enqueue(message).row_id)
 
     async def now(self) -> datetime:
         return self.clock.now()

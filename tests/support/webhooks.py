@@ -67,7 +67,9 @@ class WebhookSteps:
     #: The secret each endpoint was registered with, by endpoint id.
     secrets: dict[int, str]
 
-    async def enqueue(self, event_type: str = "invoice.paid", **data: Any) -> int:
+    async def enqueue(
+        self, event_type: str = "invoice.paid", *, ordering_key: str | None = None, **data: Any
+    ) -> int:
         raise NotImplementedError
 
     async def endpoint(self, *types: str, url: str = "https://hooks.example/in", **kw: Any) -> int:
@@ -104,9 +106,13 @@ class Webhooks(WebhookSteps):
     deliveries: PostgresStore
     secrets: dict[int, str] = attrs.Factory(dict)
 
-    async def enqueue(self, event_type: str = "invoice.paid", **data: Any) -> int:
+    async def enqueue(
+        self, event_type: str = "invoice.paid", *, ordering_key: str | None = None, **data: Any
+    ) -> int:
         async with self.pool.connection() as conn, conn.transaction():
-            result = await enqueue_webhook_async(conn, event_type, data or {"invoice": 7})
+            result = await enqueue_webhook_async(
+                conn, event_type, data or {"invoice": 7}, ordering_key=ordering_key
+            )
         return int(result.row_id)
 
     async def rows(self, query: str, *params: Any) -> list[tuple[Any, ...]]:

@@ -41,8 +41,17 @@ _NO_BIRTH_LEASE = timedelta(0)
     env="OUTBOX_ENQUEUE_IDEMPOTENCY_KEY",
     help="A second enqueue with the same key writes nothing.",
 )
+@option(
+    "--ordering-key",
+    env="OUTBOX_WEBHOOK_ORDERING_KEY",
+    help="Deliver in event order with the other events of this key, per endpoint (ADR 0018).",
+)
 def enqueue_webhook_command(
-    database_url: str, event_type: str, data: str, idempotency_key: str | None
+    database_url: str,
+    event_type: str,
+    data: str,
+    idempotency_key: str | None,
+    ordering_key: str | None,
 ) -> None:
     """Enqueue one webhook event; prints its webhook outbox row id."""
     try:
@@ -55,7 +64,13 @@ def enqueue_webhook_command(
         conn.transaction(),
     ):
         try:
-            result = enqueue_webhook(conn, event_type, document, idempotency_key=idempotency_key)
+            result = enqueue_webhook(
+                conn,
+                event_type,
+                document,
+                idempotency_key=idempotency_key,
+                ordering_key=ordering_key,
+            )
         except InvalidMessage as exc:
             raise SettingError(f"the event was refused, nothing was written: {exc}") from None
     if result.created:

@@ -1,10 +1,13 @@
-"""The event outbox's per-key claim for the in-memory store: what ``statements.per_key_order``
-makes PostgreSQL do for ``outbox_event`` (ADR 0020), on the fake's rows.
+"""The per-key claims of the in-memory store, on the fake's rows.
 
-Two guards, in id order: no row while an earlier row of its key is pending and not due (a retry
-waiting out its backoff holds its key back), and no row while an earlier pending row of its key is
-left out of this claim (the batch's limit cut it off). So a relay never publishes a later event of
-a key before an earlier one, across retries and claims.
+- :func:`in_key_order`: the event outbox's (what ``statements.per_key_order`` makes PostgreSQL do
+  for ``outbox_event``, ADR 0020). Two guards, in id order: no row while an earlier row of its key
+  is pending and not due (a retry waiting out its backoff holds its key back), and no row while
+  an earlier pending row of its key is left out of this claim (the batch's limit cut it off). So
+  a relay never publishes a later event of a key before an earlier one, across retries and claims.
+- :func:`heads_of_keys`: the webhook deliveries' (what ``delivery_order.delivery_key_order`` makes
+  PostgreSQL do for ``outbox_webhook_delivery``, ADR 0018): a keyed delivery is no candidate while
+  an earlier one of its (endpoint, key) is pending, whatever it is doing; a keyless one always is.
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ from datetime import datetime
 from outbox_adapters.memory.rows import Row, decoded
 from outbox_core.delivery import Status
 
-__all__ = ["event_key", "in_key_order"]
+__all__ = ["DeliveryOrder", "event_key", "heads_of_keys", "in_key_order"]
+
+#: A delivery row's place in its order: ((endpoint id, ordering key), event id), or ``None`` for a
+#: keyless delivery (ordered against nothing).
+DeliveryOrder = Callable[[Row], tuple[tuple[int, str], int] | None]
 
 
 def event_key(row: Row) -> str:
@@ -52,3 +59,20 @@ def in_key_order(
         else:
             left_out.add(key)
     return claimed
+
+
+def heads_of_keys(
+    candidates: Iterable[Row], rows: Iterable[Row], order_of: DeliveryOrder
+) -> list[Row]:
+    """The ``candidates`` no pending row of ``rows`` precedes in their (endpoint, key)."""
+    first: dict[tuple[int, str], int] = {}
+    for row in rows:
+        place = order_of(row) if row.status is Status.PENDING else None
+        if place is not None and place[1] < first.get(place[0], place[1] + 1):
+            first[place[0]] = place[1]
+    heads: list[Row] = []
+    for row in candidates:
+        place = order_of(row)
+        if place is None or first.get(place[0], place[1]) >= place[1]:
+            heads.append(row)
+    return heads

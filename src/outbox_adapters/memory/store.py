@@ -258,16 +258,16 @@ class MemoryStore(MemoryOperatorReads, MemoryDeliveryRows):
                 limit=request.limit,
                 key_of=self._ordered_by,
             )
-        return sorted(
-            (
-                row
-                for row in self._rows.values()
-                if row.lane == request.lane
-                and row.status is Status.PENDING
-                and row.next_attempt_at <= now
-            ),
-            key=lambda row: (row.next_attempt_at, row.id),
-        )[: request.limit]
+        due = [
+            row
+            for row in self._rows.values()
+            if row.lane == request.lane
+            and row.status is Status.PENDING
+            and row.next_attempt_at <= now
+        ]
+        return sorted(self._heads(due), key=lambda row: (row.next_attempt_at, row.id))[
+            : request.limit
+        ]
 
     async def mark_if_pending(self, mark: Mark) -> MarkResult:
         await asyncio.sleep(0)

@@ -78,6 +78,8 @@ class WebhookEvent:
     replay_scope: int | None = None
     #: When the replay's deliveries were made; ``None`` on a clone: an interrupted replay.
     replay_completed_at: datetime | None = None
+    #: The producer's ordering key (a replay's clone keeps its source's); ``None``: none.
+    ordering_key: str | None = None
 
 
 @attrs.define

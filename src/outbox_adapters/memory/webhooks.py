@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from outbox_adapters.memory.rows import Row
 from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
 from outbox_adapters.memory.webhook_endpoints import MemoryEndpointOps, WebhookEvent
@@ -57,6 +58,7 @@ from outbox_adapters.webhook_model import (
     event_body,
     event_of,
     new_msg_id,
+    ordering_key_of,
     receives,
     refused_disabled,
     refused_no_event,
@@ -100,7 +102,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             raise ConfigurationError(
                 "this memory store already serves the deliveries of another webhook repository"
             )
-        delivery_store.serve_endpoints(self._gone)
+        delivery_store.serve_endpoints(self._gone, self._order_of)
 
     # --- fan-out ---------------------------------------------------------------------------------
 
@@ -123,21 +125,18 @@ class MemoryWebhookRepository(MemoryEndpointOps):
         marked row gets one event (a fresh ``msg_id``) and its born-leased deliveries, all under
         ``birth_token``. Raises :class:`InvalidMessage` (nothing written) if any row is not an
         event."""
-        events = [event_of(row) for row in rows]
+        events = [(*event_of(row), ordering_key_of(row)) for row in rows]
         await asyncio.sleep(0)
         with self._locked("fan_out") as now:
             return tuple(
-                self._fan_out_one(
-                    row, event_type, data, now=now, lease=birth_lease, token=birth_token
-                )
-                for row, (event_type, data) in zip(rows, events, strict=True)
+                self._fan_out_one(row, event, now=now, lease=birth_lease, token=birth_token)
+                for row, event in zip(rows, events, strict=True)
             )
 
-    def _fan_out_one(  # noqa: PLR0913 - one row of the step, and the step's values
+    def _fan_out_one(
         self,
         row: ClaimedRow,
-        event_type: str,
-        data: JSONObject,
+        event: tuple[str, JSONObject, str | None],
         *,
         now: datetime,
         lease: timedelta,
@@ -146,7 +145,8 @@ class MemoryWebhookRepository(MemoryEndpointOps):
         mark = Mark.dispatched(row, scrub_keys=frozenset())
         if self.outbox_store._apply(mark) is not MarkResult.APPLIED:  # noqa: SLF001 - the one CAS
             return FanOut(marked=False)
-        event = self._add_event(
+        event_type, data, ordering_key = event
+        made = self._add_event(
             WebhookEvent(
                 id=self._new_id("event"),
                 msg_id=new_msg_id(),
@@ -154,12 +154,20 @@ class MemoryWebhookRepository(MemoryEndpointOps):
                 data=payload_json(data),
                 created_at=now,
                 source_outbox_id=int(row.id),
+                ordering_key=ordering_key,
             )
         )
         _ids, deliveries = self._born_deliveries(
-            event, None, lease, token, trace_context=row.trace_context
+            made, None, lease, token, trace_context=row.trace_context
         )
-        return FanOut(marked=True, event_id=event.id, msg_id=event.msg_id, deliveries=deliveries)
+        return FanOut(marked=True, event_id=made.id, msg_id=made.msg_id, deliveries=deliveries)
+
+    def _order_of(self, row: Row) -> tuple[tuple[int, str], int] | None:
+        """A delivery row's place in its (endpoint, key) order; ``None``: keyless (the deliveries
+        store's claim asks, under its lock)."""
+        ref = self._refs.get(row.id)
+        key = None if ref is None else self._events[ref[0]].ordering_key
+        return None if ref is None or key is None else ((ref[1], key), ref[0])
 
     def _add_event(self, event: WebhookEvent) -> WebhookEvent:
         self._events[event.id] = event
@@ -176,7 +184,9 @@ class MemoryWebhookRepository(MemoryEndpointOps):
     ) -> tuple[tuple[int, ...], tuple[ClaimedRow, ...]]:
         """One delivery per enabled endpoint subscribed to the event's type (only
         ``endpoint_id`` when given) that has none yet: born leased under ``birth_token``, or, with
-        no token, due at ``now + birth_lease`` for the retry lane with no attempt counted."""
+        no token, due at ``now + birth_lease`` for the retry lane with no attempt counted. A keyed
+        delivery behind a pending one of its (endpoint, key) is born waiting: due now, unclaimed,
+        for the keyed claim to hand out in turn (ADR 0018)."""
         ids: list[int] = []
         claimed: list[ClaimedRow] = []
         for endpoint in sorted(self._endpoints.values(), key=lambda e: e.id):
@@ -189,11 +199,14 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             ):
                 continue
             payload = payload_json({"event_id": event.id, "endpoint_id": endpoint.id})
+            waits = event.ordering_key is not None and self.delivery_store._pending_key(  # noqa: SLF001
+                (endpoint.id, event.ordering_key)
+            )
             delivery_id, row = self.delivery_store._born(  # noqa: SLF001 - the store's own package
                 DELIVERY_LANE,
                 payload,
-                lease=birth_lease,
-                token=birth_token,
+                lease=timedelta(0) if waits else birth_lease,
+                token=None if waits else birth_token,
                 trace_context=trace_context,
             )
             self._refs[delivery_id] = pair

@@ -36,6 +36,9 @@ transaction open across a send.
   statement.
 - On a table built with ``queue_table(..., legacy_null_due=True)`` the claim also takes pending
   rows whose due time is NULL (:func:`.statements.legacy_null_due`, derived from ``CLAIM``).
+- On the webhook deliveries table (``endpoint_id``, ``event_id``, ``ordering_key``) the claim
+  never takes a keyed delivery while an earlier one of its (endpoint, key) is pending
+  (:func:`.delivery_order.delivery_key_order`, derived from ``CLAIM``; ADR 0018).
 - On a table built with ``queue_table(..., ordered_by=KEY)`` the claim takes rows in id order and
   never a row while an earlier row of its key is pending outside this claim
   (:func:`.statements.per_key_order`, derived from ``CLAIM``): the event relay's per-key order.
@@ -62,7 +65,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table
 
-from outbox_adapters.postgres import statements
+from outbox_adapters.postgres import delivery_order, statements
 from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.errors import mapped_outages
 from outbox_adapters.postgres.marks import (
@@ -78,6 +81,7 @@ from outbox_adapters.postgres.pools import open_pool
 from outbox_adapters.postgres.runner import StatementRunner, all_rows, rows_returned
 from outbox_adapters.postgres.tables import (
     check_queue_table,
+    has_delivery_key_order,
     has_legacy_null_due,
     key_order_column,
     outbox_message,
@@ -205,6 +209,8 @@ class PostgresStore(OperatorQueries):
         claim = statements.CLAIM
         if has_legacy_null_due(self._table):
             claim = statements.legacy_null_due(claim)
+        if has_delivery_key_order(self._table):
+            claim = delivery_order.delivery_key_order(claim)
         key = key_order_column(self._table)
         if key is not None:
             claim = statements.per_key_order(claim, key)

@@ -50,6 +50,7 @@ __all__ = [
     "MESSAGE_STORAGE",
     "QUEUE_COLUMNS",
     "check_queue_table",
+    "has_delivery_key_order",
     "has_legacy_null_due",
     "key_order_column",
     "metadata",
@@ -274,6 +275,12 @@ def _check_ordered_by(name: str, ordered_by: object, extra: tuple[Column[Any], .
 def has_legacy_null_due(table: Table) -> bool:
     """Whether ``table`` was built with ``queue_table(..., legacy_null_due=True)``."""
     return bool(table.info.get(_LEGACY_NULL_DUE, False))
+
+
+def has_delivery_key_order(table: Table) -> bool:
+    """Whether ``table`` is claimed in per-(endpoint, key) delivery order: it has the webhook
+    deliveries' ``endpoint_id``, ``event_id`` and ``ordering_key`` columns (ADR 0018)."""
+    return {"endpoint_id", "event_id", "ordering_key"} <= set(table.c.keys())
 
 
 def key_order_column(table: Table) -> str | None:

@@ -19,12 +19,13 @@ from outbox_core.ports import EnqueueResult
 __all__ = ["enqueue_webhook", "enqueue_webhook_async"]
 
 
-def enqueue_webhook(
+def enqueue_webhook(  # noqa: PLR0913 - keyword-only options of one enqueue
     handle: object,
     event_type: str,
     data: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
+    ordering_key: str | None = None,
     notify: bool = True,
 ) -> EnqueueResult:
     """Write one webhook event (``event_type``, a JSON object ``data``) in the open transaction of
@@ -33,20 +34,31 @@ def enqueue_webhook(
     An event type that isn't a sane name, or data that isn't a JSON object within the payload
     rules, raises :class:`~outbox_core.errors.InvalidMessage` before anything is written. With
     ``idempotency_key``, a second enqueue of the same key writes nothing (``created=False``).
+
+    With ``ordering_key`` (1 to 200 characters of text without control characters; anything else
+    raises :class:`~outbox_core.errors.InvalidMessage`), the deliveries of this event are
+    attempted in event order with the other events of the same key, per endpoint: a delivery is
+    not attempted while an earlier one of its (endpoint, key) is still pending (ADR 0018,
+    docs/guides/webhooks.md). Without one, a delivery waits for nothing.
     """
-    message = webhook_message(event_type, data, idempotency_key=idempotency_key)
+    message = webhook_message(
+        event_type, data, idempotency_key=idempotency_key, ordering_key=ordering_key
+    )
     return enqueue(handle, message, notify=notify, table=outbox_webhook)
 
 
-async def enqueue_webhook_async(
+async def enqueue_webhook_async(  # noqa: PLR0913 - keyword-only options of one enqueue
     handle: object,
     event_type: str,
     data: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
+    ordering_key: str | None = None,
     notify: bool = True,
 ) -> EnqueueResult:
     """:func:`enqueue_webhook` for ``psycopg.AsyncConnection`` and SQLAlchemy ``AsyncConnection``
     / ``AsyncSession``."""
-    message = webhook_message(event_type, data, idempotency_key=idempotency_key)
+    message = webhook_message(
+        event_type, data, idempotency_key=idempotency_key, ordering_key=ordering_key
+    )
     return await enqueue_async(handle, message, notify=notify, table=outbox_webhook)

@@ -51,6 +51,7 @@ from outbox_adapters.webhook_model import (
     check_replay_target,
     event_of,
     new_msg_id,
+    ordering_key_of,
     refused_disabled,
     refused_no_endpoint,
     refused_no_event,
@@ -119,6 +120,7 @@ class WebhookRepository(EndpointOps, TargetReads):
         commit. Raises :class:`InvalidMessage` (nothing written) if a row's payload isn't an
         event."""
         events = [event_of(row) for row in rows]
+        keys = {row.id: ordering_key_of(row) for row in rows}
         marks = [Mark.dispatched(row, scrub_keys=frozenset()) for row in rows]
         check_distinct_rows(marks)
         async with self._pool.connection() as conn, conn.transaction():
@@ -126,10 +128,13 @@ class WebhookRepository(EndpointOps, TargetReads):
             fenced = _fenced(rows, events, drained)
             if not fenced:
                 return tuple(FanOut(marked=False) for _row in rows)
-            made = await self._insert_events(conn, fenced)
+            made = await self._insert_events(conn, fenced, keys)
             _ids, born = await self._born_deliveries(
                 conn,
-                events=[(made[row.id][0], kind, row.trace_context) for row, kind, _ in fenced],
+                events=[
+                    (made[row.id][0], kind, row.trace_context, keys[row.id])
+                    for row, kind, _ in fenced
+                ],
                 endpoint_id=None,
                 birth_lease=birth_lease,
                 birth_token=birth_token,
@@ -157,7 +162,10 @@ class WebhookRepository(EndpointOps, TargetReads):
         return frozenset(r[0] for r in await cur.fetchall())
 
     async def _insert_events(
-        self, conn: AsyncConnection[Any], fenced: Sequence[_Fenced]
+        self,
+        conn: AsyncConnection[Any],
+        fenced: Sequence[_Fenced],
+        keys: dict[RowId, str | None],
     ) -> dict[RowId, tuple[int, str]]:
         """One event per fenced row, each with a fresh ``msg_id``: outbox row id -> (event id,
         msg_id)."""
@@ -170,6 +178,7 @@ class WebhookRepository(EndpointOps, TargetReads):
                 for _row, _type, data in fenced
             ],
             "source_outbox_ids": [coerce_row_id(row.id) for row, _type, _data in fenced],
+            "ordering_keys": [keys[row.id] for row, _type, _data in fenced],
         }
         records = await _all(conn, statements.INSERT_EVENTS, params)
         by_source = {coerce_row_id(row.id): row.id for row, _type, _data in fenced}
@@ -183,21 +192,23 @@ class WebhookRepository(EndpointOps, TargetReads):
         self,
         conn: AsyncConnection[Any],
         *,
-        events: Sequence[tuple[int, str, str | None]],
+        events: Sequence[tuple[int, str, str | None, str | None]],
         endpoint_id: int | None,
         birth_lease: timedelta,
         birth_token: ClaimToken | None,
     ) -> tuple[tuple[int, ...], dict[int, tuple[ClaimedRow, ...]]]:
-        """The deliveries of ``events`` (event id, event type, trace context): their ids, and
-        those born leased to this process by event id (none without a token)."""
+        """The deliveries of ``events`` (event id, event type, trace context, ordering key): their
+        ids, and those born leased to this process by event id (none without a token; a keyed
+        delivery behind an earlier one of its (endpoint, key) is born waiting, not leased)."""
         records = await _all(
             conn,
             statements.BORN_DELIVERIES,
             {
                 "lane": DELIVERY_LANE,
-                "event_ids": [event_id for event_id, _type, _trace in events],
-                "event_types": [event_type for _id, event_type, _trace in events],
-                "trace_contexts": [trace for _id, _type, trace in events],
+                "event_ids": [event[0] for event in events],
+                "event_types": [event[1] for event in events],
+                "trace_contexts": [event[2] for event in events],
+                "ordering_keys": [event[3] for event in events],
                 "endpoint_id": endpoint_id,
                 "birth_lease": birth_lease,
                 "token": None if birth_token is None else birth_token.value,
@@ -207,8 +218,9 @@ class WebhookRepository(EndpointOps, TargetReads):
         if birth_token is None:
             # No token: due rows for the retry lane, none of them this process's to attempt.
             return ids, {}
+        leased = [record for record in records if record["born"]]
         born: dict[int, list[ClaimedRow]] = {}
-        for record, row in zip(records, _claimed(records, birth_token), strict=True):
+        for record, row in zip(leased, _claimed(leased, birth_token), strict=True):
             born.setdefault(int(record["event_id"]), []).append(row)
         return ids, {event_id: tuple(rows) for event_id, rows in born.items()}
 
@@ -255,7 +267,7 @@ class WebhookRepository(EndpointOps, TargetReads):
                 if current is not None and current["replay_completed_at"] is None:
                     ids, born = await self._born_deliveries(
                         conn,
-                        events=[(clone["id"], clone["event_type"], None)],
+                        events=[(clone["id"], clone["event_type"], None, clone["ordering_key"])],
                         endpoint_id=endpoint_id,
                         birth_lease=birth_lease,
                         birth_token=birth_token,

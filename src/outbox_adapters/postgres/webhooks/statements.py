@@ -37,53 +37,80 @@ __all__ = [
 #: transaction (after ``MARK_MANY``); ``source_outbox_id`` is unique, so an outbox row can never
 #: have two events, and an event's id follows its row's order in the batch.
 INSERT_EVENTS = """
-INSERT INTO outbox_webhook_event (msg_id, event_type, data, source_outbox_id)
-SELECT v.msg_id, v.event_type, v.data::jsonb, v.source_outbox_id
+INSERT INTO outbox_webhook_event (msg_id, event_type, data, source_outbox_id, ordering_key)
+SELECT v.msg_id, v.event_type, v.data::jsonb, v.source_outbox_id, v.ordering_key
 FROM unnest(%(msg_ids)s::text[], %(event_types)s::text[], %(datas)s::text[],
-            %(source_outbox_ids)s::bigint[]) WITH ORDINALITY
-     AS v(msg_id, event_type, data, source_outbox_id, position)
+            %(source_outbox_ids)s::bigint[], %(ordering_keys)s::text[]) WITH ORDINALITY
+     AS v(msg_id, event_type, data, source_outbox_id, ordering_key, position)
 ORDER BY v.position
 RETURNING id, source_outbox_id, created_at
 """
 
 #: Born-leased deliveries of one or more events (a fan-out's batch, or one replay's clone): one per
-#: event and enabled endpoint subscribed to the event's type (or only ``endpoint_id`` when given), already claimed by the in-process first attempt: attempts = 1, the
-#: birth token, and a due time of now + the BIRTH lease (never NULL: a NULL due time is what the
-#: legacy branch of the claim takes at once, so the retry worker would race the first attempt;
-#: never now: due at once, the same race). The retry worker's claim can't take the row before the
-#: birth lease runs out. A (event, endpoint) pair that has a delivery already gets no second one.
+#: event and enabled endpoint subscribed to the event's type (or only ``endpoint_id`` when given),
+#: already claimed by the in-process first attempt: attempts = 1, the birth token, and a due time
+#: of now + the BIRTH lease (never NULL: a NULL due time is what the legacy branch of the claim
+#: takes at once, so the retry worker would race the first attempt; never now: due at once, the
+#: same race). The retry worker's claim can't take the row before the birth lease runs out. A
+#: (event, endpoint) pair that has a delivery already gets no second one.
 #: With no token (a replay from the CLI, where no process makes a first attempt) the rows are plain
 #: due rows for the retry lane instead: no attempt counted, no claim, due after ``birth_lease`` (0).
+#: A keyed delivery that must WAIT (ADR 0018: an earlier event of its key, in this batch or
+#: already pending, goes to the same endpoint) is born unclaimed and due now, like the no-token
+#: rows: the keyed claim (``delivery_order``) hands it out once the deliveries before it are
+#: resolved; no first attempt is made for it here. A keyless delivery never waits (``CASE`` stops
+#: at the NULL key: neither subquery runs).
 #: Each delivery carries the webhook event's enqueue trace context (ADR 0028; NULL for a replay).
 BORN_DELIVERIES = """
 INSERT INTO outbox_webhook_delivery
     (lane, payload, attempts, next_attempt_at, claim_token, claimed_at, event_id, endpoint_id,
-     trace_context)
+     trace_context, ordering_key)
 SELECT %(lane)s,
-       jsonb_build_object('event_id', v.event_id, 'endpoint_id', e.id),
-       CASE WHEN %(token)s::text IS NULL THEN 0 ELSE 1 END,
-       now() + %(birth_lease)s::interval,
-       %(token)s::text,
-       CASE WHEN %(token)s::text IS NULL THEN NULL ELSE now() END,
-       v.event_id,
-       e.id,
-       v.trace_context
-FROM unnest(%(event_ids)s::bigint[], %(event_types)s::text[], %(trace_contexts)s::text[])
-     AS v(event_id, event_type, trace_context)
-JOIN outbox_webhook_endpoint AS e
-  ON e.enabled
- AND (v.event_type = ANY(e.event_types) OR '*' = ANY(e.event_types))
- AND (%(endpoint_id)s::bigint IS NULL OR e.id = %(endpoint_id)s::bigint)
-ORDER BY v.event_id, e.id
+       jsonb_build_object('event_id', c.event_id, 'endpoint_id', c.endpoint_id),
+       CASE WHEN %(token)s::text IS NULL OR c.waits THEN 0 ELSE 1 END,
+       CASE WHEN c.waits THEN now()
+            ELSE now() + %(birth_lease)s::interval END,
+       CASE WHEN c.waits THEN NULL ELSE %(token)s::text END,
+       CASE WHEN %(token)s::text IS NULL OR c.waits THEN NULL ELSE now() END,
+       c.event_id,
+       c.endpoint_id,
+       c.trace_context,
+       c.ordering_key
+FROM (
+    SELECT v.event_id, e.id AS endpoint_id, v.trace_context, v.ordering_key,
+           CASE WHEN v.ordering_key IS NULL THEN false
+                ELSE EXISTS (
+                         SELECT FROM unnest(%(event_ids)s::bigint[], %(event_types)s::text[],
+                                            %(ordering_keys)s::text[]) AS o(event_id, event_type, ordering_key)
+                         WHERE o.ordering_key = v.ordering_key
+                           AND o.event_id < v.event_id
+                           AND (o.event_type = ANY(e.event_types) OR '*' = ANY(e.event_types))
+                     )
+                     OR EXISTS (
+                         SELECT FROM outbox_webhook_delivery AS d
+                         WHERE d.endpoint_id = e.id
+                           AND d.ordering_key = v.ordering_key
+                           AND d.status = 'pending'
+                     )
+           END AS waits
+    FROM unnest(%(event_ids)s::bigint[], %(event_types)s::text[], %(trace_contexts)s::text[],
+                %(ordering_keys)s::text[])
+         AS v(event_id, event_type, trace_context, ordering_key)
+    JOIN outbox_webhook_endpoint AS e
+      ON e.enabled
+     AND (v.event_type = ANY(e.event_types) OR '*' = ANY(e.event_types))
+     AND (%(endpoint_id)s::bigint IS NULL OR e.id = %(endpoint_id)s::bigint)
+) AS c
+ORDER BY c.event_id, c.endpoint_id
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 RETURNING id, lane, payload::text AS payload, attempts, next_attempt_at AS lease_expires_at,
-          created_at, trace_context, event_id
+          created_at, trace_context, event_id, claim_token IS NOT NULL AS born
 """
 
 #: One event by id, locked (a replay reads its source; completing a replay locks the clone).
 EVENT = """
 SELECT id, msg_id, event_type, data::text AS data, replay_of, replay_scope, replay_completed_at,
-       created_at
+       created_at, ordering_key
 FROM outbox_webhook_event
 WHERE id = %(id)s
 FOR UPDATE
@@ -91,7 +118,7 @@ FOR UPDATE
 
 #: A replay's clone not completed yet (an interrupted replay), for the same source and scope.
 OPEN_REPLAY = """
-SELECT id, msg_id, event_type, data::text AS data, created_at
+SELECT id, msg_id, event_type, data::text AS data, created_at, ordering_key
 FROM outbox_webhook_event
 WHERE replay_of = %(replay_of)s
   AND replay_scope = %(scope)s::jsonb
@@ -102,13 +129,14 @@ FOR UPDATE
 """
 
 #: Replay, step 1 (its own transaction): the clone, committed before any delivery exists, so an
-#: interrupted replay is visible (``replay_completed_at`` NULL) and can be completed.
+#: interrupted replay is visible (``replay_completed_at`` NULL) and can be completed. The clone
+#: keeps its source's ordering key: a later event of the key (ADR 0018).
 CLONE_EVENT = """
-INSERT INTO outbox_webhook_event (msg_id, event_type, data, replay_of, replay_scope)
-SELECT %(msg_id)s, event_type, data, id, %(scope)s::jsonb
+INSERT INTO outbox_webhook_event (msg_id, event_type, data, replay_of, replay_scope, ordering_key)
+SELECT %(msg_id)s, event_type, data, id, %(scope)s::jsonb, ordering_key
 FROM outbox_webhook_event
 WHERE id = %(replay_of)s
-RETURNING id, msg_id, event_type, data::text AS data, created_at
+RETURNING id, msg_id, event_type, data::text AS data, created_at, ordering_key
 """
 
 #: Replay, step 2 (with the clone's born deliveries, one transaction): the replay is done.

@@ -17,7 +17,8 @@ so ``outbox schema apply|sql|verify`` and a host's Alembic autogenerate see them
   release, operator port). Built with ``legacy_null_due=True``: the claim still takes a pending
   delivery with a NULL due time, as rows written before every delivery was born leased could
   have. Its payload is ``{"event_id", "endpoint_id"}`` plus what the fenced marks patch in
-  (``last_status``, ``response``).
+  (``last_status``, ``response``). ``ordering_key`` (the event's, NULL for none) makes the claim
+  keep event order per (endpoint, key) (:func:`~outbox_adapters.postgres.statements.delivery_key_order`).
 """
 
 from __future__ import annotations
@@ -134,6 +135,9 @@ outbox_webhook_event: Final = Table(
     #: When the replay's deliveries were created; NULL on a clone = an interrupted replay.
     Column("replay_completed_at", DateTime(timezone=True), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    #: The producer's ordering key (``enqueue_webhook(..., ordering_key=)``), copied onto each
+    #: delivery; a replay's clone keeps its source's. NULL: the event is ordered against nothing.
+    Column("ordering_key", Text, nullable=True, info={ADDED_LATER: True}),
     CheckConstraint("(replay_of IS NULL) = (replay_scope IS NULL)", name="replay_scope"),
 )
 
@@ -152,6 +156,9 @@ outbox_webhook_delivery: Final = queue_table(
         ForeignKey("outbox_webhook_endpoint.id", name="fk_outbox_webhook_delivery_endpoint"),
         nullable=True,
     ),
+    #: The event's ordering key: the claim never takes a delivery while an earlier one (by event
+    #: id) of the same (endpoint, key) is pending (``statements.delivery_key_order``). NULL: none.
+    Column("ordering_key", Text, nullable=True, info={ADDED_LATER: True}),
     legacy_null_due=True,
 )
 # Nullable for the generic queue's sake (the store never writes them); a real delivery has both.
@@ -167,6 +174,16 @@ Index(
     outbox_webhook_delivery.c.event_id,
     outbox_webhook_delivery.c.endpoint_id,
     unique=True,
+)
+#: The keyed claim's test "an earlier pending delivery of this (endpoint, key)", and the fan-out's
+#: "a pending delivery of this (endpoint, key)": partial, so keyless and resolved rows cost nothing.
+Index(
+    "ix_outbox_webhook_delivery_key_order",
+    outbox_webhook_delivery.c.endpoint_id,
+    outbox_webhook_delivery.c.ordering_key,
+    outbox_webhook_delivery.c.event_id,
+    postgresql_where=(outbox_webhook_delivery.c.status == "pending")
+    & outbox_webhook_delivery.c.ordering_key.is_not(None),
 )
 #: An endpoint's deliveries by status (``outbox deliveries --endpoint``, endpoint health).
 Index(
