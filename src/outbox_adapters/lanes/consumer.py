@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any, Final
 
@@ -139,7 +140,11 @@ class ChannelConsumer:
 
         Up to ``in_flight`` deliveries are handled at once, those of one event key one after the
         other in the order they arrived (an undecodable body has no key: it waits for nothing).
+        A drain first waits for a consumer that has to join a group (its ``ready()``, Kafka's)
+        to be given partitions.
         A stop takes no new delivery and settles every one in progress before returning."""
+        if drain:
+            await self._joined()
         messages = aiter(self.consumer.messages())
         stop: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
         following: asyncio.Future[ReceivedMessage] | None = None
@@ -169,18 +174,35 @@ class ChannelConsumer:
             self._slots.cancel()  # cancelled from outside: so are the handlings in progress
             raise
         finally:
-            stop.cancel()
-            if following is not None:
-                following.cancel()
-                with contextlib.suppress(BaseException):
-                    await following
-            self._slots.give_back()
-            await self._slots.settled()
-            closer = getattr(messages, "aclose", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await closer()
+            await self._wound_down(stop, following, messages)
         return self.stats
+
+    async def _wound_down(
+        self,
+        stop: asyncio.Future[Any],
+        following: asyncio.Future[ReceivedMessage] | None,
+        messages: AsyncIterator[ReceivedMessage],
+    ) -> None:
+        """The end of :meth:`run`: no delivery fetched any more, every one in progress settled,
+        the broker's iterator closed."""
+        stop.cancel()
+        if following is not None:
+            following.cancel()
+            with contextlib.suppress(BaseException):
+                await following
+        self._slots.give_back()
+        await self._slots.settled()
+        closer = getattr(messages, "aclose", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer()
+
+    async def _joined(self) -> None:
+        """A consumer that joins a group first (Kafka's ``ready()``): wait until it holds
+        partitions, so a drain's idle time counts from the join."""
+        ready = getattr(self.consumer, "ready", None)
+        if ready is not None:
+            await ready()
 
     async def handle(self, message: ReceivedMessage) -> None:
         """Settle one delivery: ack, or nak with a delay. Never raises for the event's trouble.

@@ -195,6 +195,21 @@ class KafkaConsumer:
             raise
         return client
 
+    async def ready(self, *, within: float = 30.0) -> None:
+        """Join the group and wait until this member holds partitions (at most ``within``
+        seconds: a member of a group with more members than partitions may get none). A drain
+        counts its idle time from then, so a join still in progress is not taken for an empty
+        topic."""
+        client = await self._connected()
+        deadline = time.monotonic() + within
+        while client is not None and not client.assignment() and not self._closed:
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "consumer %s holds no partition after %gs; draining anyway", self.group, within
+                )
+                return
+            await asyncio.sleep(0.05)
+
     def _in_flight(self) -> int:
         return sum(len(o) for o in self.offsets.values())
 
