@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 import attrs
-from psycopg import sql
+from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table
 
@@ -86,17 +86,20 @@ class RecipientRows:
     async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]:
         """Write each message unless a row with its idempotency key exists (insert-or-nothing),
         then return every row by key, in one transaction. Each message carries this lane and a
-        key."""
+        key. The rows are read first: when every one exists (an event looked at again while its
+        recipients are being sent), that one read is all it costs."""
         keys = []
         for message in messages:
             if message.lane != self.lane or not message.idempotency_key:
                 raise ValueError(f"a recipient row needs lane {self.lane!r} and an idempotency key")
             keys.append(message.idempotency_key)
-        async with self._pool.connection() as conn, conn.transaction():
-            for message in messages:
-                await enqueue_async(conn, message, table=self.table)
-            cursor = await conn.execute(self._states, {"lane": self.lane, "keys": keys})
-            found = await cursor.fetchall()
+        async with self._pool.connection() as conn:
+            found = await self._read(conn, keys)
+            if len(found) < len(set(keys)):
+                async with conn.transaction():
+                    for message in messages:
+                        await enqueue_async(conn, message, table=self.table)
+                    found = await self._read(conn, keys)
         return {
             key: RecipientRow(
                 key=key,
@@ -107,6 +110,10 @@ class RecipientRows:
             )
             for key, status, attempts, last_error, wait in found
         }
+
+    async def _read(self, conn: AsyncConnection[Any], keys: list[str]) -> list[tuple[Any, ...]]:
+        cursor = await conn.execute(self._states, {"lane": self.lane, "keys": keys})
+        return await cursor.fetchall()
 
     @mapped_outages
     async def rearm(self, channel: str, event_id: str) -> frozenset[str]:
