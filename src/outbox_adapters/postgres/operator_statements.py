@@ -10,6 +10,7 @@ __all__ = [
     "FAILED_ROWS",
     "GET_ROW",
     "REQUEUE",
+    "REQUEUED_ROW",
     "REQUEUE_CANDIDATES_BY_FILTER",
     "REQUEUE_CANDIDATES_BY_ID",
     "REWRITE_CANDIDATES",
@@ -40,9 +41,22 @@ ORDER BY id
 FOR UPDATE
 """
 
-#: Requeue, step 2: failed → pending, attempts reset, due now, the claim and error cleared, and an
-#: audit row that keeps who did it and what the row had failed with. One statement, so the audit
-#: can't be missing for a requeued row; guarded on ``status = 'failed'``.
+#: What a requeued row becomes (``outbox requeue`` and a redrive's re-arm alike): pending, attempts
+#: reset, due now, the claim and the error cleared.
+REQUEUED_ROW = """
+    SET status = 'pending',
+        attempts = 0,
+        next_attempt_at = now(),
+        claim_token = NULL,
+        claimed_at = NULL,
+        last_error = NULL,
+        resolved_at = NULL,
+        updated_at = now()
+"""
+
+#: Requeue, step 2: failed → pending (:data:`REQUEUED_ROW`), and an audit row that keeps who did it
+#: and what the row had failed with. One statement, so the audit can't be missing for a requeued
+#: row; guarded on ``status = 'failed'``.
 REQUEUE = """
 WITH previous AS (
     SELECT id, attempts, last_error
@@ -52,15 +66,7 @@ WITH previous AS (
 ),
 requeued AS (
     UPDATE {queue} AS m
-    SET status = 'pending',
-        attempts = 0,
-        next_attempt_at = now(),
-        claim_token = NULL,
-        claimed_at = NULL,
-        last_error = NULL,
-        resolved_at = NULL,
-        updated_at = now()
-    FROM previous
+{requeued_row}    FROM previous
     WHERE m.id = previous.id
       AND m.status = 'failed'
     RETURNING m.id, previous.attempts, previous.last_error
@@ -69,7 +75,7 @@ INSERT INTO outbox_requeue_audit
     (queue, message_id, actor, previous_attempts, previous_error, reason)
 SELECT {queue_name}, id, %(actor)s, attempts, last_error, %(reason)s::text FROM requeued
 RETURNING message_id
-"""
+""".replace("{requeued_row}", REQUEUED_ROW.lstrip("\n"))
 
 #: Payload rewrite (``outbox keys rotate``), step 1: the next batch of unsent rows (pending or
 #: failed) after ``after_id``, with a digest of each payload as it was read. The status test is

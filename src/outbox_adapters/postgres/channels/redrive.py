@@ -28,6 +28,8 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import Table
 
+from outbox_adapters.postgres.operator_statements import REQUEUED_ROW
+
 __all__ = ["MARK_REDRIVEN", "REARM_REDRIVEN", "mark_redriven", "rearm_redriven"]
 
 #: Lift the parks of the given events, in every channel (parks already lifted stay as they are).
@@ -38,7 +40,8 @@ WHERE event_id = ANY(%(event_ids)s::text[]) AND redriven_at IS NULL
 """
 
 #: One channel's lifted parks of one event: drop them, put each kind's failed row back to pending
-#: (attempts reset, as ``outbox requeue`` does) and audit it; the kinds re-armed.
+#: (:data:`~outbox_adapters.postgres.operator_statements.REQUEUED_ROW`, as ``outbox requeue``
+#: does) and audit it; the kinds re-armed.
 REARM_REDRIVEN: Final = """
 WITH lifted AS (
     DELETE FROM outbox_channel_parked
@@ -54,15 +57,7 @@ previous AS (
 ),
 requeued AS (
     UPDATE {queue} AS m
-    SET status = 'pending',
-        attempts = 0,
-        next_attempt_at = now(),
-        claim_token = NULL,
-        claimed_at = NULL,
-        last_error = NULL,
-        resolved_at = NULL,
-        updated_at = now()
-    FROM previous
+{requeued_row}    FROM previous
     WHERE m.id = previous.id AND m.status = 'failed'
     RETURNING m.id, previous.attempts, previous.last_error, previous.kind,
               previous.redriven_by, previous.redrive_reason
@@ -76,7 +71,7 @@ audited AS (
     RETURNING message_id
 )
 SELECT requeued.kind FROM requeued
-"""
+""".replace("{requeued_row}", REQUEUED_ROW.lstrip("\n"))
 
 
 async def mark_redriven(
