@@ -36,6 +36,7 @@ from bench.settings import Sizes
 from bench.stats import Figure, percentile
 from outbox_adapters.postgres import statements
 from outbox_adapters.postgres.tables import outbox_message
+from outbox_core.scan_floor import ScanFloor
 from outbox_core.scrub import DEFAULT_SECRET_KEYS
 
 __all__ = ["measure", "series", "size_label", "timed_claims", "vacuum"]
@@ -76,8 +77,16 @@ def size_label(n: int) -> str:
     return str(n)
 
 
-def _claim_params(token: str) -> dict[str, Any]:
-    return {"lane": rows.LANE, "limit": CLAIM_BATCH, "lease": LEASE, "token": token, "now": None}
+def _claim_params(token: str, floor: ScanFloor | None = None) -> dict[str, Any]:
+    """The claim's parameters; ``floor``: where the store's claim would start its scan."""
+    return {
+        "lane": rows.LANE,
+        "limit": CLAIM_BATCH,
+        "lease": LEASE,
+        "token": token,
+        "now": None,
+        "floor": None if floor is None else floor.floor,
+    }
 
 
 #: The store's claim and mark, as it runs them on the e-mail outbox table.
@@ -126,14 +135,16 @@ def timed_claims(
     if preload:
         rows.load_pending_only(dsn, claims * CLAIM_BATCH)
     timings: list[float] = []
+    floor = ScanFloor()  # as the store keeps it for the lane (outbox_core.scan_floor)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(claims):
             if while_ is not None and not while_():
                 break
             token = secrets.token_hex(16)
             started = time.perf_counter()
-            claimed = conn.execute(_CLAIM, _claim_params(token)).fetchall()
+            claimed = conn.execute(_CLAIM, _claim_params(token, floor)).fetchall()
             timings.append((time.perf_counter() - started) * 1000.0)
+            floor.claimed(CLAIM_BATCH, [row[8] for row in claimed])
             if len(claimed) != CLAIM_BATCH:
                 raise RuntimeError(f"a history claim took {len(claimed)} rows, expected 10")
             for row in claimed:

@@ -51,6 +51,7 @@ from outbox_core.failures import FailureTally
 from outbox_core.lease import BatchClock, exchange_deadline
 from outbox_core.messages import Mark as _Mark
 from outbox_core.outcomes import Outcome
+from outbox_core.scan_floor import ScanFloor
 from outbox_core.send_caps import Admission, TokenBucket
 from outbox_core.signing_keys import V1, Ed25519Signer
 
@@ -997,6 +998,33 @@ MUTANTS += (
             "CASE WHEN v.ordering_key IS NULL THEN false",
             "CASE WHEN true THEN false",
         ),
+    ),
+)
+
+
+def _floor_never_dropped(self: ScanFloor, asked: int, due_times: Any) -> None:
+    """The mutant of ScanFloor.claimed: the floor only ever rises; no claim scans from the start."""
+    del asked
+    if due_times:
+        self._floor = min(due_times)
+
+
+CLAIM_FLOOR = "tests/integration/test_claim_floor.py"
+
+MUTANTS += (
+    Mutant(
+        "claim-floor-never-full-scan",
+        "a row below the claim's scan floor is taken by a full scan within FULL_SCAN_EVERY claims",
+        "ScanFloor never drops the floor: a row written below it waits for ever",
+        f"{CLAIM_FLOOR}::test_a_row_below_the_floor_is_claimed_within_a_full_scan_while_a_backlog_lasts",
+        (ScanFloor, "claimed", _floor_never_dropped),
+    ),
+    Mutant(
+        "claim-floor-ignored",
+        "the claim starts its scan at the floor (FLOOR_TEST in CLAIM)",
+        "drop the floor's line: every claim walks the dead index entries of a burst",
+        f"{CLAIM_FLOOR}::test_a_row_below_the_floor_is_claimed_within_a_full_scan_while_a_backlog_lasts",
+        _replace("CLAIM", statements.FLOOR_TEST, ""),
     ),
 )
 

@@ -110,7 +110,9 @@ LISTEN = f"LISTEN {WAKEUP_CHANNEL}"  # a constant identifier, not a template
 #: Rows come back in claim order (due time, then id). The payload comes back as TEXT, decoded by
 #: the store row by row: PostgreSQL stores JSON that Python can't read (nesting past the recursion
 #: limit, a 5,000-digit number), and a decoder error inside the fetch would fail, and roll back,
-#: the whole claim for ever, one bad row blocking its lane.
+#: the whole claim for ever, one bad row blocking its lane. ``%(floor)s`` (NULL: none) is where the
+#: scan starts (:data:`FLOOR_TEST`, ``outbox_core.scan_floor``); each row's due time comes back
+#: last, for the next claim's floor.
 CLAIM = """
 WITH due AS (
     SELECT id, next_attempt_at AS due_at
@@ -118,6 +120,7 @@ WITH due AS (
     WHERE lane = %(lane)s
       AND status = 'pending'
       AND next_attempt_at <= coalesce(%(now)s::timestamptz, now())
+      AND next_attempt_at >= coalesce(%(floor)s::timestamptz, '-infinity')
     ORDER BY next_attempt_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -134,7 +137,8 @@ claimed AS (
     RETURNING m.id, m.lane, m.payload::text AS payload, m.attempts, m.claim_token,
               m.next_attempt_at AS lease_expires_at, m.created_at, m.trace_context, due.due_at
 )
-SELECT id, lane, payload, attempts, claim_token, lease_expires_at, created_at, trace_context
+SELECT id, lane, payload, attempts, claim_token, lease_expires_at, created_at, trace_context,
+       due_at
 FROM claimed
 ORDER BY due_at, id
 """
@@ -142,6 +146,15 @@ ORDER BY due_at, id
 #: The lines of ``CLAIM`` that :func:`legacy_null_due` widens (each must be in the template as is).
 _DUE_TEST = "      AND next_attempt_at <= coalesce(%(now)s::timestamptz, now())\n"
 _DUE_ORDER = "    ORDER BY next_attempt_at, id\n"
+#: The scan's lower bound (``outbox_core.scan_floor``): a claim whose previous one came back full
+#: starts past the index entries below it. Only the plain claim keeps it: :func:`legacy_null_due`
+#: (NULL due times) and :func:`per_key_order` (id order) drop it, and their stores pass no floor.
+FLOOR_TEST = "      AND next_attempt_at >= coalesce(%(floor)s::timestamptz, '-infinity')\n"
+
+
+def without_floor(claim: str) -> str:
+    """``claim`` without its scan floor (a claim whose order or due times the floor can't bound)."""
+    return claim.replace(FLOOR_TEST, "")
 
 
 @functools.lru_cache(maxsize=16)
@@ -158,11 +171,15 @@ def legacy_null_due(claim: str) -> str:
     if _DUE_TEST not in claim or _DUE_ORDER not in claim:
         msg = "the CLAIM template lost its due-time line or its ORDER BY; legacy_null_due can't widen it"
         raise LookupError(msg)
-    return claim.replace(
-        _DUE_TEST,
-        "      AND (next_attempt_at <= coalesce(%(now)s::timestamptz, now())"
-        "\n           OR next_attempt_at IS NULL)\n",
-    ).replace(_DUE_ORDER, "    ORDER BY next_attempt_at NULLS FIRST, id\n")
+    return (
+        without_floor(claim)
+        .replace(
+            _DUE_TEST,
+            "      AND (next_attempt_at <= coalesce(%(now)s::timestamptz, now())"
+            "\n           OR next_attempt_at IS NULL)\n",
+        )
+        .replace(_DUE_ORDER, "    ORDER BY next_attempt_at NULLS FIRST, id\n")
+    )
 
 
 #: The lines of ``CLAIM`` that :func:`per_key_order` extends (each must be in the template as is).
@@ -220,7 +237,8 @@ def per_key_order(claim: str, key: str) -> str:
     guard = _KEY_NOT_BLOCKED.replace("{key}", column)
     complete = _KEY_ALL_EARLIER_CLAIMED.replace("{key}", column)
     return (
-        claim.replace(_DUE_TEST, _DUE_TEST + guard)
+        without_floor(claim)
+        .replace(_DUE_TEST, _DUE_TEST + guard)
         .replace(_DUE_ORDER, "    ORDER BY id\n")
         .replace(_CLAIMED_JOIN, _CLAIMED_JOIN + complete)
         .replace(_RESULT_ORDER, "ORDER BY id\n")

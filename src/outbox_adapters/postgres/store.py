@@ -15,7 +15,10 @@ transaction open across a send.
   bound *and* the exclusion between workers: a claimed row is not due again until it expires.
   Payloads are fetched as text and decoded here, row by row, by the core's rule
   (:func:`~outbox_core.payload.decode_payload`): a row that can't be decoded is handed out with
-  its text, for the worker to fail, and never fails the claim of the rows around it.
+  its text, for the worker to fail, and never fails the claim of the rows around it. After a
+  claim that came back full, the next one starts its scan at the oldest due time it returned,
+  past the dead index entries of a burst (``outbox_core.scan_floor``; ADR 0006, amended): a row
+  below that floor is taken by the next full scan, within 8 claims.
 - ``mark_if_pending`` is a fenced compare-and-set (``status = 'pending' AND claim_token = :token``)
   on a connection of its own, committed by itself: one row's result never waits for, or rolls back
   with, another's. That is the per-row duplicate bound. The common mark (dispatched or skipped,
@@ -101,6 +104,7 @@ from outbox_core.ports import (
     ClaimRequest,
     MarkResult,
 )
+from outbox_core.scan_floor import ScanFloor
 
 __all__ = ["NO_SUCH_ROW", "PostgresStore"]
 
@@ -132,6 +136,8 @@ class PostgresStore(OperatorQueries):
         self._pool = pool
         #: The webhook deliveries' store: what tells an endpoint's owner that a 410 disabled it.
         self._endpoint_notice = endpoint_notice
+        #: Per lane: where the next claim may start its scan (``outbox_core.scan_floor``).
+        self._floors: dict[str, ScanFloor] = {}
         self._owns_pool = owns_pool
         self._runner = StatementRunner(pool)
         #: Counters since the store was built.
@@ -199,13 +205,6 @@ class PostgresStore(OperatorQueries):
 
     @mapped_outages
     async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
-        params = {
-            "lane": request.lane,
-            "limit": request.limit,
-            "lease": request.lease,
-            "token": request.token.value,
-            "now": request.now,
-        }
         claim = statements.CLAIM
         if has_legacy_null_due(self._table):
             claim = statements.legacy_null_due(claim)
@@ -214,10 +213,26 @@ class PostgresStore(OperatorQueries):
         key = key_order_column(self._table)
         if key is not None:
             claim = statements.per_key_order(claim, key)
+        # The scan floor (outbox_core.scan_floor), on the claims that keep it (due-time order,
+        # no NULL due times): not the legacy or per-key claims.
+        floor = None
+        if statements.FLOOR_TEST in claim:
+            floor = self._floors.setdefault(request.lane, ScanFloor())
+        params = {
+            "lane": request.lane,
+            "limit": request.limit,
+            "lease": request.lease,
+            "token": request.token.value,
+            "now": request.now,
+            "floor": None if floor is None else floor.floor,
+        }
         records = await self._runner.run(self._sql(claim), params, all_rows)
+        if floor is not None:
+            floor.claimed(request.limit, [r[8] for r in records])
         token = request.token
         # Columns in CLAIM's order: id, lane, payload, attempts, claim_token, lease_expires_at,
-        # created_at, trace_context. The token is the one just written (the statement sets it).
+        # created_at, trace_context, due_at. The token is the one just written (the statement
+        # sets it).
         rows = [
             ClaimedRow(
                 r[0],
