@@ -63,4 +63,3 @@ def test_never_more_than_full_every_minus_one_floored_claims_in_a_row_and_short_
 def test_full_every_must_be_a_positive_count(bad: object) -> None:
     with pytest.raises(ConfigurationError, match="full_every"):
         ScanFloor(full_every=bad)  # type: ignore[arg-type]
-
