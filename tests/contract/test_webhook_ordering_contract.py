@@ -36,7 +36,9 @@ async def fan_out(wh: Any, *keys: str | None) -> list[Any]:
 
 
 def event_of(delivery: ClaimedRow) -> int:
-    return int(delivery.payload["event_id"])
+    payload = delivery.payload
+    assert isinstance(payload, dict)
+    return int(payload["event_id"])
 
 
 async def test_a_later_delivery_of_a_key_waits_until_the_earlier_one_is_delivered_or_terminal(wh):

@@ -46,6 +46,7 @@ from outbox_adapters.runtime.deadline import Deadlines
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.smtp import mailer as smtp_mailer
+from outbox_adapters.webhook_model import ordering_key_of as _ordering_key_of
 from outbox_core import signing as _signing
 from outbox_core.failures import FailureTally
 from outbox_core.lease import BatchClock, exchange_deadline
@@ -455,15 +456,19 @@ async def _fan_out_in_two_transactions(
     own, then the deliveries and the outbox marks in a second one (the dual write ADR 0017
     removed)."""
     fenced = [(row, *_event_of(row)) for row in rows]
+    keys = {row.id: _ordering_key_of(row) for row in rows}
     marks = [_Mark.dispatched(row, scrub_keys=frozenset()) for row in rows]
     async with self._pool.connection() as conn:
         async with conn.transaction():
-            made = await self._insert_events(conn, fenced)
+            made = await self._insert_events(conn, fenced, keys)
         async with conn.transaction():
             if not await self._mark_drained(conn, marks):
                 return tuple(_FanOut(marked=False) for _row in rows)
             _ids, born = await self._born_deliveries(
-                conn, events=[(made[row.id][0], kind, None) for row, kind, _data in fenced],
+                conn,
+                events=[
+                    (made[row.id][0], kind, None, keys[row.id]) for row, kind, _data in fenced
+                ],
                 endpoint_id=None, birth_lease=birth_lease, birth_token=birth_token,
             )  # fmt: skip
     return tuple(

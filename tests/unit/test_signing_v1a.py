@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import sys
+from typing import Any
 
 import pytest
 from tests.support import ed25519_reference as rfc8032
@@ -121,7 +122,7 @@ def test_verify_takes_whpk_public_keys_and_checks_v1a_entries() -> None:
         ({"key": NEW_KEY}, "no v1a signature in the webhook matches any of the 1"),
     ],
 )
-def test_verify_refuses_a_changed_body_or_another_key(change: dict, message: str) -> None:
+def test_verify_refuses_a_changed_body_or_another_key(change: dict[str, Any], message: str) -> None:
     headers = headers_of(OLD_KEY)
     public = PublicKey(rfc8032.public_key(change.get("key", OLD_KEY).private))
     with pytest.raises(WebhookVerificationError, match=message):
