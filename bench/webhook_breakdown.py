@@ -126,7 +126,7 @@ async def _main(dsn: str, args: argparse.Namespace) -> None:
         ) as pool:
             await pool.wait(timeout=30.0)
             await WebhookRepository(pool).add_endpoint(
-                receiver.url, [EVENT_TYPE], secret=secret.to_text()
+                receiver.url, [EVENT_TYPE], secret=secret.to_text(), tenant="acme"
             )
             for run in range(args.runs + 1):
                 wall, cpu, timers = await _run(

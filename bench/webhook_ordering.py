@@ -51,7 +51,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         ) as pool:
             await pool.wait(timeout=30.0)
             await WebhookRepository(pool).add_endpoint(
-                receiver.url, [webhooks.EVENT_TYPE], secret=secret.to_text()
+                receiver.url, [webhooks.EVENT_TYPE], secret=secret.to_text(), tenant="acme"
             )
             for run in range(runs):
                 for name in rotation(keys, run):

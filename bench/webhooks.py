@@ -21,7 +21,7 @@ POSTing signed events to the same local HTTP receiver in its own process.
   (``drain_lane(rows_in_flight=1)``): one fan-out transaction per event, the drainer as it was
   before the batched fan-out; the "before" beside ``library``'s "after", in the same run.
 - ``library_ordered_100_keys``: ``library`` with every event enqueued with an ordering key, 100
-  keys in turn (``enqueue_webhook(..., ordering_key=)``, ADR 0018): a delivery is not attempted
+  keys in turn (``enqueue_webhook(..., ordering_key=, tenant="acme")``, ADR 0018): a delivery is not attempted
   while an earlier one of its (endpoint, key) is pending, so a delivery whose key's previous one
   is still in flight is born waiting and goes out through the retry lane's keyed claim once that
   one is dispatched. Beside ``library`` (keyless): the cost of the order.
@@ -157,7 +157,7 @@ async def load_events(dsn: str, events: int, keys: int | None = None) -> None:
             for number in range(events):
                 key = None if keys is None else f"k{number % keys}"
                 await enqueue_webhook_async(
-                    conn, EVENT_TYPE, _data(number), ordering_key=key, notify=False
+                    conn, EVENT_TYPE, _data(number), ordering_key=key, notify=False, tenant="acme"
                 )
         await conn.execute("VACUUM ANALYZE outbox_webhook")
 
@@ -289,7 +289,9 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             name="bench-webhooks",
         ) as pool:
             await pool.wait(timeout=30.0)
-            await WebhookRepository(pool).add_endpoint(url, [EVENT_TYPE], secret=secret.to_text())
+            await WebhookRepository(pool).add_endpoint(
+                url, [EVENT_TYPE], secret=secret.to_text(), tenant="acme"
+            )
 
             drains = _drains(pool, dsn, url, secret, events)
             rates: dict[str, list[float]] = {key: [] for key in drains}

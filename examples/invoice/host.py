@@ -184,6 +184,7 @@ async def issue_invoice(  # noqa: PLR0913 - keyword-only, one argument per invoi
             EVENT_TYPE,
             {"invoice": number, "amount_cents": amount_cents, "currency": currency},
             idempotency_key=f"invoice/{number}/issued",
+            tenant="acme",
         )
     return IssuedInvoice(
         invoice_id=invoice_id,

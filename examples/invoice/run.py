@@ -80,7 +80,7 @@ async def run_invoice_example(dsn: str, *, out: TextIO) -> InvoiceReport:
             secret = WebhookSecret.generate_from(secrets.token_bytes(32))
             receiver.secrets = (secret,)
             endpoint = await repository.add_endpoint(
-                receiver.url, [EVENT_TYPE], secret=secret.to_text()
+                receiver.url, [EVENT_TYPE], secret=secret.to_text(), tenant="acme"
             )
             out.write(
                 f"invoice example\n"

@@ -6,15 +6,16 @@ only, so neither repository's technology leaks into the other (``outbox_adapters
 free of psycopg and SQLAlchemy).
 
 - :func:`webhook_message` is the one check of what ``enqueue_webhook`` writes (an event type that is
-  a sane name, data that is a JSON object, an optional ordering key that is short text:
-  :func:`check_ordering_key`), so a bad event fails at enqueue, in the host's code;
-  :func:`ordering_key_of` reads the key back at fan-out.
+  a sane name, data that is a JSON object, the tenant it belongs to, an optional ordering key that
+  is short text: :func:`check_ordering_key`), so a bad event fails at enqueue, in the host's code;
+  :func:`tenant_of` and :func:`ordering_key_of` read them back at fan-out. Who receives an event
+  (tenants, subscriptions, replay targets) is :mod:`outbox_adapters.webhook_scope`, whose names
+  this module re-exports.
 - :func:`event_body` is the one encoding of the bytes every delivery of an event POSTs (canonical
   JSON: sorted keys, no spaces), so a retry signs and sends the same body.
 - :func:`check_endpoint_url`, :func:`check_owner`, :func:`check_overlap`, :func:`check_window` and
-  :func:`check_reason` are the endpoint side's input rules; :func:`receives` says whether an
-  endpoint takes an event type; :func:`health_reason` and :func:`notice_key` are what the health
-  sweep writes; the ``refused_*`` functions are the replay's refusals, one sentence each.
+  :func:`check_reason` are the endpoint side's input rules; :func:`health_reason` and :func:`notice_key` are what the health
+  sweep writes.
 - :func:`new_msg_id` makes the event's stable ``webhook-id``: ``msg_`` + 32 hex digits drawn with
   :mod:`secrets` here, in the adapter (the core never draws randomness).
 """
@@ -24,14 +25,27 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import attrs
 
+from outbox_adapters.webhook_scope import (
+    ANY_EVENT_TYPE,
+    WebhookRefused,
+    check_event_type,
+    check_event_types,
+    check_replay_target,
+    check_tenant,
+    receives,
+    refused_disabled,
+    refused_no_endpoint,
+    refused_no_event,
+    refused_unsubscribed,
+)
 from outbox_core.delivery import Status
-from outbox_core.errors import ConfigurationError, InvalidMessage, OutboxError
+from outbox_core.errors import ConfigurationError, InvalidMessage
 from outbox_core.messages import ClaimedRow, JSONObject, NewMessage
 from outbox_core.signing_keys import Signer
 
@@ -58,6 +72,7 @@ __all__ = [
     "check_owner",
     "check_reason",
     "check_replay_target",
+    "check_tenant",
     "check_window",
     "event_body",
     "event_of",
@@ -72,6 +87,7 @@ __all__ = [
     "refused_no_event",
     "refused_unsubscribed",
     "status_code",
+    "tenant_of",
     "webhook_message",
 ]
 
@@ -85,35 +101,8 @@ DEFAULT_HEALTH_WINDOW: Final = timedelta(days=5)
 DEFAULT_SECRET_OVERLAP: Final = timedelta(hours=24)
 _MAX_URL: Final = 2048
 
-#: An endpoint subscribed to this receives every event type.
-ANY_EVENT_TYPE: Final = "*"
-#: ``invoice.paid``, ``user:created``, ``Order_Shipped.v2``: a letter or digit, then up to 127 of
-#: ``[A-Za-z0-9._:-]``. No spaces, quotes or control characters reach a header, a log or a query.
-_EVENT_TYPE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 #: An ordering key: 1 to 200 characters (an id or two), no C0/C1 control character.
 _ORDERING_KEY: Final = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,200}")
-
-
-class WebhookRefused(OutboxError):
-    """An operation on the webhook model the state refuses (no such endpoint or event, a replay to
-    a disabled endpoint, ...). The message says which and why."""
-
-
-def check_event_type(value: object) -> str:
-    """``value`` if it is a sane event type name, else :class:`InvalidMessage` naming the rule."""
-    if not isinstance(value, str) or _EVENT_TYPE.fullmatch(value) is None:
-        raise InvalidMessage(
-            "a webhook event type is 1 to 128 characters of [A-Za-z0-9._:-] starting with a"
-            f" letter or digit, got {value!r:.80}"
-        )
-    return value
-
-
-def check_event_types(values: Sequence[str]) -> tuple[str, ...]:
-    """An endpoint's subscription: one or more event types (or ``*``), duplicates dropped."""
-    if isinstance(values, str) or not values:
-        raise InvalidMessage("an endpoint subscribes to at least one event type (or '*')")
-    return tuple(dict.fromkeys(v if v == ANY_EVENT_TYPE else check_event_type(v) for v in values))
 
 
 def check_ordering_key(value: object) -> str | None:
@@ -131,17 +120,20 @@ def webhook_message(
     event_type: str,
     data: Mapping[str, Any],
     *,
+    tenant: str,
     idempotency_key: str | None = None,
     ordering_key: str | None = None,
 ) -> NewMessage:
-    """The webhook outbox row for one event (lane ``webhooks``); with ``ordering_key`` the payload
-    carries it (``"ordering_key"``) for the fan-out to copy onto the event and its deliveries."""
+    """The webhook outbox row for one event of ``tenant`` (lane ``webhooks``): the payload carries
+    the tenant (``"tenant"``) and, when given, the ordering key (``"ordering_key"``) for the
+    fan-out to copy onto the event and its deliveries."""
     check_event_type(event_type)
+    check_tenant(tenant)
     if not isinstance(data, Mapping):
         raise InvalidMessage(
             f"webhook data must be a JSON object (a mapping), got {type(data).__name__}"
         )
-    payload: dict[str, Any] = {"event_type": event_type, "data": dict(data)}
+    payload: dict[str, Any] = {"event_type": event_type, "data": dict(data), "tenant": tenant}
     if check_ordering_key(ordering_key) is not None:
         payload["ordering_key"] = ordering_key
     return NewMessage(WEBHOOK_LANE, payload, idempotency_key=idempotency_key)
@@ -165,6 +157,16 @@ def ordering_key_of(row: ClaimedRow) -> str | None:
     key = row.payload.get("ordering_key") if isinstance(row.payload, Mapping) else None
     try:
         return check_ordering_key(key)
+    except InvalidMessage as exc:
+        raise InvalidMessage(f"webhook outbox row {row.id}: {exc}") from None
+
+
+def tenant_of(row: ClaimedRow) -> str:
+    """The tenant a webhook outbox row carries, or :class:`InvalidMessage` for a row without one
+    (written around ``enqueue_webhook``): such an event has no endpoint to go to."""
+    tenant = row.payload.get("tenant") if isinstance(row.payload, Mapping) else None
+    try:
+        return check_tenant(tenant)
     except InvalidMessage as exc:
         raise InvalidMessage(f"webhook outbox row {row.id}: {exc}") from None
 
@@ -272,11 +274,6 @@ def owner_message(endpoint: Endpoint, notice: Notice | None) -> NewMessage | Non
     return message
 
 
-def receives(event_types: Sequence[str], event_type: str) -> bool:
-    """Whether an endpoint subscribed to ``event_types`` takes ``event_type`` (``*``: all)."""
-    return event_type in event_types or ANY_EVENT_TYPE in event_types
-
-
 def status_code(text: object) -> int | None:
     """The last attempt's status code as the report shows it (``None``: none, or not a number)."""
     try:
@@ -285,40 +282,13 @@ def status_code(text: object) -> int | None:
         return None
 
 
-def refused_no_event(event_id: int) -> WebhookRefused:
-    return WebhookRefused(f"there is no webhook event {event_id}")
-
-
-def refused_no_endpoint(endpoint_id: int) -> WebhookRefused:
-    return WebhookRefused(f"there is no webhook endpoint {endpoint_id}")
-
-
-def refused_disabled(
-    endpoint_id: int, reason: str | None, *, replay_failed: bool = False
-) -> WebhookRefused:
-    if replay_failed:
-        return WebhookRefused(
-            f"webhook endpoint {endpoint_id} is disabled; enable it first, then replay"
-        )
-    return WebhookRefused(
-        f"webhook endpoint {endpoint_id} is disabled ({reason or 'no reason given'});"
-        " enable it first (outbox endpoints enable), then replay"
-    )
-
-
-def refused_unsubscribed(endpoint_id: int | None, event_type: str) -> WebhookRefused:
-    if endpoint_id is None:
-        return WebhookRefused(
-            f"no enabled endpoint subscribes to {event_type!r}; nothing to replay to"
-        )
-    return WebhookRefused(f"webhook endpoint {endpoint_id} does not subscribe to {event_type!r}")
-
-
 @attrs.frozen
 class Endpoint:
     """A registered receiver. Its secrets are never part of it (nor of its repr)."""
 
     id: int
+    #: The tenant (the host's customer) it belongs to: it receives that tenant's events only.
+    tenant: str
     url: str
     event_types: tuple[str, ...]
     enabled: bool
@@ -333,25 +303,6 @@ class Endpoint:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Endpoint:
         return cls(**{**record, "event_types": tuple(record["event_types"])})
-
-
-def check_replay_target(
-    event_type: str, endpoint_id: int | None, endpoints: Sequence[Endpoint]
-) -> None:
-    """Refuse a replay of an ``event_type`` event with the reason (:class:`WebhookRefused`):
-    ``endpoints`` are every endpoint (``endpoint_id`` None: at least one enabled must take the
-    type) or the one asked for (none: it doesn't exist; it must be enabled and take the type)."""
-    if endpoint_id is None:
-        if not any(e.enabled and receives(e.event_types, event_type) for e in endpoints):
-            raise refused_unsubscribed(None, event_type)
-        return
-    endpoint = next((e for e in endpoints if e.id == endpoint_id), None)
-    if endpoint is None:
-        raise refused_no_endpoint(endpoint_id)
-    if not endpoint.enabled:
-        raise refused_disabled(endpoint_id, endpoint.disabled_reason)
-    if not receives(endpoint.event_types, event_type):
-        raise refused_unsubscribed(endpoint_id, event_type)
 
 
 @attrs.frozen

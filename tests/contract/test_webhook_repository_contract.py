@@ -551,7 +551,9 @@ async def test_add_endpoint_refuses_bad_input_and_writes_nothing(  # noqa: PLR09
     wh, url, types, secret, owner, error
 ):
     with pytest.raises(error):
-        await wh.repo.add_endpoint(url, types, secret=secret or new_secret(), owner_email=owner)
+        await wh.repo.add_endpoint(
+            url, types, secret=secret or new_secret(), owner_email=owner, tenant="acme"
+        )
     assert await wh.repo.list_endpoints() == []
 
 

@@ -122,10 +122,10 @@ async def feed(dsn: str, url: str | None, count: int) -> dict[int, str]:
         repo = WebhookRepository(pool)
         if url is not None:
             secret = WebhookSecret.generate_from(secrets.token_bytes(32)).to_text()
-            await repo.add_endpoint(url, [EVENT_TYPE], secret=secret)
+            await repo.add_endpoint(url, [EVENT_TYPE], secret=secret, tenant="acme")
         async with pool.connection() as conn, conn.transaction():
             for n in range(count):
-                await enqueue_webhook_async(conn, EVENT_TYPE, {"n": n}, notify=False)
+                await enqueue_webhook_async(conn, EVENT_TYPE, {"n": n}, notify=False, tenant="acme")
         outbox = PostgresStore(pool, table=outbox_webhook)
         while True:
             request = ClaimRequest(

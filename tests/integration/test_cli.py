@@ -34,6 +34,7 @@ from tests.support.postgres import query
 from outbox_adapters.demo.sink import SmtpSink
 from outbox_adapters.postgres import outbox_message, schema, statements
 from outbox_adapters.postgres.channels import PostgresParkLedger
+from outbox_adapters.postgres.upgrades import tenant_sql
 
 pytestmark = pytest.mark.integration
 
@@ -102,8 +103,14 @@ def test_schema_sql_prints_the_ddl_without_a_database():
     result = outbox("schema", "sql")
     assert result.exit_code == 0
     assert "CREATE TABLE IF NOT EXISTS outbox_message" in result.stdout
-    # One terminator per statement (a trigger function's body has semicolons of its own).
-    assert result.stdout.count(";\n\n") == len(schema.ddl_statements())
+    # One terminator per statement (a trigger function's body has semicolons of its own), then
+    # the upgrade of an earlier release's rows, with the default tenant written in.
+    upgrade = tenant_sql()
+    assert result.stdout.count(";\n\n") == len(schema.ddl_statements()) + len(upgrade)
+    assert result.stdout.endswith("".join(f"{statement};\n\n" for statement in upgrade))
+    assert "SET tenant = 'default' WHERE tenant IS NULL" in result.stdout
+    named = outbox("schema", "sql", "--existing-tenant", "o'hara")
+    assert "SET tenant = 'o''hara' WHERE tenant IS NULL" in named.stdout
 
 
 def test_schema_verify_lists_what_is_missing_until_apply_creates_it(empty_database):

@@ -111,7 +111,7 @@ def test_the_operators_tools_on_live_workers_of_every_lane(  # noqa: PLR0915 - o
         }
         for receiver in (good, bad):
             added = outbox(
-                "endpoints", "add", "--database-url", dsn, "--url", receiver.url(),
+                "endpoints", "add", "--tenant", "acme", "--database-url", dsn, "--url", receiver.url(),
                 "--event-type", "invoice.paid", "--allow-http",
                 "--allow-destination", "127.0.0.0/8",
             )  # fmt: skip
@@ -139,7 +139,7 @@ def test_the_operators_tools_on_live_workers_of_every_lane(  # noqa: PLR0915 - o
                 )[0][0]
             )
             hooked = outbox(
-                "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+                "enqueue", "webhook", "--tenant", "acme", "--database-url", dsn, "--event-type", "invoice.paid",
                 "--data", json.dumps({"invoice": "inv-1", "amount": 1200}),
             )  # fmt: skip
             assert hooked.exit_code == 0, hooked.output

@@ -66,7 +66,7 @@ FORMS = [
         "webhook secret",
         "OUTBOX_ENDPOINT_URL",
         "http://hooks.example/in?sig=whsec_{c}",
-        ("endpoints", "add", "--event-type", "x"),
+        ("endpoints", "add", "--tenant", "acme", "--event-type", "x"),
     ),
 ]
 

@@ -150,7 +150,9 @@ async def test_a_webhook_fan_out_hands_the_context_to_each_delivery(wh: Webhooks
     guard = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
     with recording() as otel, HttpReceiver() as hook, HttpReceiver() as other:
         for receiver in (hook, other):
-            await wh.repo.add_endpoint(receiver.url(), ["invoice.paid"], secret=new_secret())
+            await wh.repo.add_endpoint(
+                receiver.url(), ["invoice.paid"], secret=new_secret(), tenant="acme"
+            )
         row_id = await wh.enqueue("invoice.paid", invoice=1)
         [(stored,)] = await wh.rows(
             "SELECT trace_context FROM outbox_webhook WHERE id = %s", row_id

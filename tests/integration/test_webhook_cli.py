@@ -42,7 +42,7 @@ def steps(dsn: str, work: Callable[[Webhooks], Awaitable[Any]]) -> Any:
 
 def add(dsn: str, *extra: str) -> dict[str, Any]:
     result = outbox(
-        "endpoints", "add", "--database-url", dsn, "--url", "http://127.0.0.1:9/hook",
+        "endpoints", "add", "--tenant", "acme", "--database-url", dsn, "--url", "http://127.0.0.1:9/hook",
         "--event-type", "invoice.paid", "--event-type", "invoice.void", *LOCAL, "--json", *extra,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -58,12 +58,12 @@ def test_endpoints_add_prints_the_id_and_a_whsec_secret_and_list_shows_it_withou
     assert query(dsn, "SELECT secret FROM outbox_webhook_secret") == [(made["secret"],)]
     text = outbox("endpoints", "list", "--database-url", dsn)
     assert text.exit_code == 0
-    assert f"{made['endpoint']['id']}  enabled  invoice.paid,invoice.void" in text.stdout
+    assert f"{made['endpoint']['id']}  acme  enabled  invoice.paid,invoice.void" in text.stdout
     assert made["secret"] not in text.stdout
     listed = json.loads(outbox("endpoints", "list", "--database-url", dsn, "--json").stdout)
     assert [e["id"] for e in listed["endpoints"]] == [made["endpoint"]["id"]]
     plain = outbox(
-        "endpoints", "add", "--url", "http://127.0.0.1:9/x", "--event-type", "a.b", *LOCAL,
+        "endpoints", "add", "--tenant", "acme", "--url", "http://127.0.0.1:9/x", "--event-type", "a.b", *LOCAL,
         env={"OUTBOX_DATABASE_URL": dsn},
     )  # fmt: skip
     assert plain.exit_code == 0
@@ -82,7 +82,7 @@ def test_endpoints_add_prints_the_id_and_a_whsec_secret_and_list_shows_it_withou
 )
 def test_endpoints_add_refuses_a_url_that_fails_the_registration_check(dsn, url, extra, why):
     result = outbox(
-        "endpoints", "add", "--database-url", dsn, "--url", url, "--event-type", "t", *extra
+        "endpoints", "add", "--tenant", "acme", "--database-url", dsn, "--url", url, "--event-type", "t", *extra
     )  # fmt: skip
     assert result.exit_code == 2
     assert why in one_line_error(result)
@@ -113,13 +113,13 @@ def test_disable_enable_and_rotate_secret(dsn):
 
 def test_enqueue_webhook_writes_one_event_and_refuses_bad_input(dsn):
     ok = outbox(
-        "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+        "enqueue", "webhook", "--tenant", "acme", "--database-url", dsn, "--event-type", "invoice.paid",
         "--data", '{"invoice": 7}', "--idempotency-key", "k",
     )  # fmt: skip
     assert ok.exit_code == 0
     assert re.fullmatch(r"enqueued as \d+", ok.stdout.strip())
     again = outbox(
-        "enqueue", "webhook", "--event-type", "invoice.paid", "--data", '{"invoice": 7}',
+        "enqueue", "webhook", "--tenant", "acme", "--event-type", "invoice.paid", "--data", '{"invoice": 7}',
         env={"OUTBOX_DATABASE_URL": dsn, "OUTBOX_ENQUEUE_IDEMPOTENCY_KEY": "k"},
     )  # fmt: skip
     assert "already enqueued" in again.stdout
@@ -129,30 +129,37 @@ def test_enqueue_webhook_writes_one_event_and_refuses_bad_input(dsn):
         ("{}", "bad type"),
     ):
         bad = outbox(
-            "enqueue", "webhook", "--database-url", dsn, "--event-type", event_type, "--data", data
+            "enqueue", "webhook", "--tenant", "acme", "--database-url", dsn, "--event-type", event_type, "--data", data
         )  # fmt: skip
         assert bad.exit_code == 2
         one_line_error(bad)
     assert query(dsn, "SELECT payload FROM outbox_webhook") == [
-        ({"event_type": "invoice.paid", "data": {"invoice": 7}},)
+        ({"event_type": "invoice.paid", "data": {"invoice": 7}, "tenant": "acme"},)
     ]
 
 
 def test_enqueue_webhook_takes_an_ordering_key_and_refuses_a_bad_one(dsn):
     ok = outbox(
-        "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+        "enqueue", "webhook", "--tenant", "acme", "--database-url", dsn, "--event-type", "invoice.paid",
         "--data", '{"invoice": 8}', "--ordering-key", "customer-42",
     )  # fmt: skip
     assert ok.exit_code == 0, ok.output
     for bad_key in ("", "x" * 201, "two\nlines"):
         bad = outbox(
-            "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+            "enqueue", "webhook", "--tenant", "acme", "--database-url", dsn, "--event-type", "invoice.paid",
             "--data", "{}", "--ordering-key", bad_key,
         )  # fmt: skip
         assert bad.exit_code == 2
         assert "ordering key" in one_line_error(bad)
     assert query(dsn, "SELECT payload FROM outbox_webhook") == [
-        ({"event_type": "invoice.paid", "data": {"invoice": 8}, "ordering_key": "customer-42"},)
+        (
+            {
+                "event_type": "invoice.paid",
+                "data": {"invoice": 8},
+                "ordering_key": "customer-42",
+                "tenant": "acme",
+            },
+        )
     ]
 
 
@@ -205,14 +212,14 @@ def test_worker_lane_webhooks_drains_the_outbox_delivers_signed_and_exits(dsn):
     → `outbox deliveries --json`: the whole path from the command line, to a real receiver."""
     with HttpReceiver() as hook:
         made = outbox(
-            "endpoints", "add", "--database-url", dsn, "--url", hook.url(),
+            "endpoints", "add", "--tenant", "acme", "--database-url", dsn, "--url", hook.url(),
             "--event-type", "invoice.paid", *LOCAL, "--json",
         )  # fmt: skip
         assert made.exit_code == 0, made.output
         secret = json.loads(made.stdout)["secret"]
         for n in range(3):
             queued = outbox(
-                "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+                "enqueue", "webhook", "--tenant", "acme", "--database-url", dsn, "--event-type", "invoice.paid",
                 "--data", json.dumps({"invoice": n}),
             )  # fmt: skip
             assert queued.exit_code == 0, queued.output

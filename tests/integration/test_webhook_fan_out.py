@@ -43,8 +43,12 @@ TICK = timedelta(microseconds=1)
 def test_enqueue_webhook_writes_on_the_host_transaction_and_refuses_bad_input_at_enqueue(dsn):
     with psycopg.connect(dsn) as conn:
         with conn.transaction():
-            made = enqueue_webhook(conn, "invoice.paid", {"invoice": 7}, idempotency_key="k1")
-            again = enqueue_webhook(conn, "invoice.paid", {"invoice": 7}, idempotency_key="k1")
+            made = enqueue_webhook(
+                conn, "invoice.paid", {"invoice": 7}, idempotency_key="k1", tenant="acme"
+            )
+            again = enqueue_webhook(
+                conn, "invoice.paid", {"invoice": 7}, idempotency_key="k1", tenant="acme"
+            )
         assert made.created
         assert not again.created
         assert again.row_id == made.row_id
@@ -54,16 +58,16 @@ def test_enqueue_webhook_writes_on_the_host_transaction_and_refuses_bad_input_at
         assert row == (
             WEBHOOK_LANE,
             "invoice.paid",
-            {"event_type": "invoice.paid", "data": {"invoice": 7}},
+            {"event_type": "invoice.paid", "data": {"invoice": 7}, "tenant": "acme"},
         )
         with conn.transaction():
             for bad_type in ("", "has space", "quote'", "x" * 129, 7):
                 with pytest.raises(InvalidMessage, match="event type"):
-                    enqueue_webhook(conn, bad_type, {"a": 1})  # type: ignore[arg-type]
+                    enqueue_webhook(conn, bad_type, {"a": 1}, tenant="acme")  # type: ignore[arg-type]
             with pytest.raises(InvalidMessage, match="JSON object"):
-                enqueue_webhook(conn, "invoice.paid", [1, 2])  # type: ignore[arg-type]
+                enqueue_webhook(conn, "invoice.paid", [1, 2], tenant="acme")  # type: ignore[arg-type]
     with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(TransactionRequired):
-        enqueue_webhook(conn, "invoice.paid", {"a": 1})
+        enqueue_webhook(conn, "invoice.paid", {"a": 1}, tenant="acme")
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM outbox_webhook").fetchone() == (1,)
 

@@ -119,7 +119,7 @@ async def test_the_drainer_fans_a_claimed_batch_out_in_one_round_and_every_deliv
     monkeypatch.setattr(TargetReads, "delivery_target", read_one)
     monkeypatch.setattr(TargetReads, "delivery_targets", read_many)
     with HttpReceiver() as hook:
-        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=new_secret())
+        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=new_secret(), tenant="acme")
         for n in range(45):
             await wh.enqueue("invoice.paid", invoice=n)
         async with HttpxWebhookSender(GUARD) as sender:
@@ -146,7 +146,7 @@ async def test_the_drainer_fans_a_claimed_batch_out_in_one_round_and_every_deliv
 
 async def test_a_drainer_configured_one_row_at_a_time_makes_a_round_per_row(wh: Webhooks) -> None:
     with HttpReceiver() as hook:
-        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=new_secret())
+        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=new_secret(), tenant="acme")
         for n in range(5):
             await wh.enqueue("invoice.paid", invoice=n)
         async with HttpxWebhookSender(GUARD) as sender:
@@ -168,7 +168,9 @@ async def test_after_a_410_the_first_attempts_still_to_come_skip_the_endpoint_no
     first attempt. With first attempts one at a time, the nine after it must see the endpoint
     disabled (the 410 dropped the round's reads of it) and be skipped: one request, not ten."""
     with HttpReceiver(then=Reply.status(410)) as gone:
-        endpoint = await wh.repo.add_endpoint(gone.url(), ["invoice.paid"], secret=new_secret())
+        endpoint = await wh.repo.add_endpoint(
+            gone.url(), ["invoice.paid"], secret=new_secret(), tenant="acme"
+        )
         for n in range(10):
             await wh.enqueue("invoice.paid", invoice=n)
         async with HttpxWebhookSender(GUARD) as sender:

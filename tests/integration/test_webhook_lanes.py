@@ -53,9 +53,15 @@ async def test_every_event_reaches_every_subscribed_endpoint_once_signed_and_rec
 ) -> None:
     secret = new_secret()
     with HttpReceiver() as hook, HttpReceiver() as other:
-        first = await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=secret)
-        await wh.repo.add_endpoint(other.url(), ["invoice.paid"], secret=new_secret())
-        await wh.repo.add_endpoint(other.url("/never"), ["user.created"], secret=new_secret())
+        first = await wh.repo.add_endpoint(
+            hook.url(), ["invoice.paid"], secret=secret, tenant="acme"
+        )
+        await wh.repo.add_endpoint(
+            other.url(), ["invoice.paid"], secret=new_secret(), tenant="acme"
+        )
+        await wh.repo.add_endpoint(
+            other.url("/never"), ["user.created"], secret=new_secret(), tenant="acme"
+        )
         for n in range(12):
             await wh.enqueue("invoice.paid", invoice=n)
         async with HttpxWebhookSender(GUARD) as sender:
@@ -88,7 +94,11 @@ async def test_a_410_fails_the_delivery_disables_the_endpoint_tells_its_owner_on
 ) -> None:
     with HttpReceiver(then=Reply.status(410)) as gone:
         endpoint = await wh.repo.add_endpoint(
-            gone.url(), ["invoice.paid"], secret=new_secret(), owner_email="owner@example.org"
+            gone.url(),
+            ["invoice.paid"],
+            secret=new_secret(),
+            owner_email="owner@example.org",
+            tenant="acme",
         )
         await wh.enqueue("invoice.paid", invoice=1)
         await wh.enqueue("invoice.paid", invoice=2)
@@ -121,7 +131,7 @@ async def test_a_500_is_retried_by_the_retry_lane_on_the_schedule_and_then_deliv
 ) -> None:
     secret = new_secret()
     with HttpReceiver(Reply.status(500), Reply.status(500)) as hook:
-        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=secret)
+        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=secret, tenant="acme")
         await wh.enqueue("invoice.paid", invoice=1)
         async with HttpxWebhookSender(GUARD) as sender:
             pipeline = workers(wh, sender)
@@ -145,7 +155,7 @@ async def test_retry_after_on_a_429_delays_the_next_attempt_capped_at_an_hour(
     wh: Webhooks,
 ) -> None:
     with HttpReceiver(Reply.rate_limited("120"), Reply.rate_limited("86400")) as hook:
-        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=new_secret())
+        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=new_secret(), tenant="acme")
         await wh.enqueue("invoice.paid", invoice=1)
         async with HttpxWebhookSender(GUARD) as sender:
             await workers(wh, sender).run(drain=True)
@@ -169,7 +179,7 @@ async def test_the_stored_snippet_keeps_the_status_and_never_a_secret_or_signatu
     secret = new_secret()
     leaked = secret.removeprefix("whsec_")  # a receiver echoing the bare base64 of its key
     with HttpReceiver(Reply.status(400, body=f"bad request; key={leaked}".encode())) as hook:
-        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=secret)
+        await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=secret, tenant="acme")
         await wh.enqueue("invoice.paid", invoice=1)
         async with HttpxWebhookSender(GUARD) as sender:
             await workers(wh, sender).run(drain=True)
@@ -188,7 +198,9 @@ async def test_a_delivery_whose_endpoint_was_disabled_is_skipped_and_listed_as_m
     wh: Webhooks,
 ) -> None:
     with HttpReceiver() as hook:
-        endpoint = await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=new_secret())
+        endpoint = await wh.repo.add_endpoint(
+            hook.url(), ["invoice.paid"], secret=new_secret(), tenant="acme"
+        )
         fan = await wh.drained("invoice.paid", invoice=5)
         await wh.repo.disable_endpoint(endpoint.id, "maintenance")
         async with HttpxWebhookSender(GUARD) as sender:

@@ -113,7 +113,7 @@ async def test_sealed_secrets_sign_every_delivery_and_the_table_holds_only_ciphe
     first, second = new_secret(), new_secret()
     repo = WebhookRepository(wh.pool, encryptor=K1)
     with HttpReceiver() as hook:
-        made = await repo.add_endpoint(hook.url(), ["invoice.paid"], secret=first)
+        made = await repo.add_endpoint(hook.url(), ["invoice.paid"], secret=first, tenant="acme")
         await repo.rotate_secret(made.id, new_secret=second, overlap=timedelta(hours=1))
         rows = await stored(wh)
         assert [(e, kid_of(s)) for e, s in rows] == [(made.id, "k1"), (made.id, "k1")]
@@ -129,7 +129,7 @@ async def test_sealed_secrets_sign_every_delivery_and_the_table_holds_only_ciphe
 async def test_a_worker_without_the_key_id_refuses_to_start_naming_it(wh: Webhooks) -> None:
     with HttpReceiver() as hook:
         made = await WebhookRepository(wh.pool, encryptor=K2_K1).add_endpoint(
-            hook.url(), ["invoice.paid"], secret=new_secret()
+            hook.url(), ["invoice.paid"], secret=new_secret(), tenant="acme"
         )
         await wh.enqueue("invoice.paid", invoice=1)
         for keys, configured in (
@@ -157,7 +157,7 @@ async def test_an_attempt_whose_secret_cannot_be_opened_posts_nothing_and_is_ret
             running = workers(wh, sender, K1)
             await running.check_secrets()  # it started: no secret needed a key yet
             await WebhookRepository(wh.pool, encryptor=K2).add_endpoint(
-                hook.url(), ["invoice.paid"], secret=secret
+                hook.url(), ["invoice.paid"], secret=secret, tenant="acme"
             )
             await wh.enqueue("invoice.paid", invoice=1)
             await running.drainer.run(drain=True)
@@ -189,7 +189,9 @@ async def test_plaintext_secrets_sign_with_a_loud_warning_until_schema_apply_sea
 ) -> None:
     secret = new_secret()
     with HttpReceiver() as hook:
-        made = await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=secret)  # no keys
+        made = await wh.repo.add_endpoint(
+            hook.url(), ["invoice.paid"], secret=secret, tenant="acme"
+        )  # no keys
         assert await stored(wh) == [(made.id, secret)]  # as before ADR 0030
         await wh.enqueue("invoice.paid", invoice=1)
         with caplog.at_level(logging.WARNING, logger="outbox_adapters.lanes.webhooks"):
@@ -235,9 +237,9 @@ async def test_keys_rotate_reseals_every_webhook_secret_and_then_the_old_key_can
     first, second, plain = new_secret(), new_secret(), new_secret()
     repo = WebhookRepository(wh.pool, encryptor=K1)
     with HttpReceiver() as hook:
-        made = await repo.add_endpoint(hook.url(), ["invoice.paid"], secret=first)
+        made = await repo.add_endpoint(hook.url(), ["invoice.paid"], secret=first, tenant="acme")
         await repo.rotate_secret(made.id, new_secret=second, overlap=timedelta(hours=1))
-        await wh.repo.add_endpoint(hook.url("/plain"), ["other.type"], secret=plain)
+        await wh.repo.add_endpoint(hook.url("/plain"), ["other.type"], secret=plain, tenant="acme")
         rotated = await cli(
             "keys", "rotate", "--database-url", dsn,
             env={"OUTBOX_ENCRYPTION_KEYS": f"{ENTRY2},{ENTRY1}"},
@@ -260,7 +262,7 @@ async def test_keys_rotate_lists_a_secret_it_cannot_open_and_exits_1(
     wh: Webhooks, dsn: str
 ) -> None:
     made = await WebhookRepository(wh.pool, encryptor=K1).add_endpoint(
-        "https://hooks.example/in", ["invoice.paid"], secret=new_secret()
+        "https://hooks.example/in", ["invoice.paid"], secret=new_secret(), tenant="acme"
     )
     rotated = await cli(
         "keys", "rotate", "--database-url", dsn, env={"OUTBOX_ENCRYPTION_KEYS": ENTRY2}
@@ -280,7 +282,7 @@ async def test_a_sealing_pass_never_writes_over_a_secret_changed_meanwhile(wh: W
     read the secret; another pass re-sealed it under k3 (and the operator will drop k2); the
     older pass's write must not put it back under k2."""
     await WebhookRepository(wh.pool, encryptor=K1).add_endpoint(
-        "https://hooks.example/in", ["invoice.paid"], secret=new_secret()
+        "https://hooks.example/in", ["invoice.paid"], secret=new_secret(), tenant="acme"
     )
     k3 = AesGcmEncryptor({"k3": b"\x33" * 32, "k1": KEY1}, active="k3")
     async with wh.pool.connection() as conn:
@@ -332,7 +334,7 @@ def test_the_cli_seals_on_add_and_a_webhook_worker_without_the_key_refuses_to_st
     keys = {"OUTBOX_ENCRYPTION_KEYS": ENTRY1}
     with HttpReceiver() as hook:
         made = outbox(
-            "endpoints", "add", "--database-url", dsn, "--url", hook.url(),
+            "endpoints", "add", "--tenant", "acme", "--database-url", dsn, "--url", hook.url(),
             "--event-type", "invoice.paid", env={**LOCAL, **keys},
         )  # fmt: skip
         assert made.exit_code == 0, made.output
@@ -343,7 +345,7 @@ def test_the_cli_seals_on_add_and_a_webhook_worker_without_the_key_refuses_to_st
             if line.startswith("secret: ")
         )
         queued = outbox(
-            "enqueue", "webhook", "--database-url", dsn, "--event-type", "invoice.paid",
+            "enqueue", "webhook", "--tenant", "acme", "--database-url", dsn, "--event-type", "invoice.paid",
             "--data", '{"invoice": 1}',
         )  # fmt: skip
         assert queued.exit_code == 0, queued.output

@@ -102,7 +102,7 @@ async def test_a_v1a_endpoint_delivers_verifiable_with_its_public_key_through_a_
     first, second = new_signing_secret("v1a"), new_signing_secret("v1a")
     first_public, second_public = (public_key_of(SigningKey.parse(k)) for k in (first, second))
     with HttpReceiver() as hook:
-        made = await repo.add_endpoint(hook.url(), ["invoice.paid"], secret=first)
+        made = await repo.add_endpoint(hook.url(), ["invoice.paid"], secret=first, tenant="acme")
         assert made.scheme == "v1a"
         assert (await repo.endpoint(made.id)).scheme == "v1a"  # type: ignore[union-attr]
         assert await repo.public_keys(made.id) == (first_public,)
@@ -148,7 +148,7 @@ async def test_a_plaintext_whsk_key_is_sealed_by_a_sealing_pass_and_still_signs(
 ) -> None:
     key = new_signing_secret("v1a")
     with HttpReceiver() as hook:
-        made = await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=key)
+        made = await wh.repo.add_endpoint(hook.url(), ["invoice.paid"], secret=key, tenant="acme")
         [(stored,)] = await wh.rows("SELECT secret FROM outbox_webhook_secret")
         assert stored == key  # no encryption keys: the whsk_ text
         sealing = await seal_stored_secrets(wh.pool, K1)
@@ -166,10 +166,10 @@ async def test_a_plaintext_whsk_key_is_sealed_by_a_sealing_pass_and_still_signs(
 async def test_bad_keys_are_refused_with_a_clear_error_and_nothing_written(wh: Webhooks) -> None:
     short = "whsk_" + base64.b64encode(b"k" * 31).decode()
     with pytest.raises(ConfigurationError, match="31 bytes: an Ed25519 private key is 32 bytes"):
-        await wh.repo.add_endpoint("http://127.0.0.1:9/x", ["a.b"], secret=short)
+        await wh.repo.add_endpoint("http://127.0.0.1:9/x", ["a.b"], secret=short, tenant="acme")
     assert await wh.rows("SELECT id FROM outbox_webhook_endpoint") == []
     made = await wh.repo.add_endpoint(
-        "http://127.0.0.1:9/x", ["a.b"], secret=new_signing_secret("v1a")
+        "http://127.0.0.1:9/x", ["a.b"], secret=new_signing_secret("v1a"), tenant="acme"
     )
     with pytest.raises(WebhookRefused, match="signs with scheme v1a: rotate it with a whsk_"):
         await wh.repo.rotate_secret(made.id, new_secret=new_signing_secret("v1"))
@@ -177,7 +177,7 @@ async def test_bad_keys_are_refused_with_a_clear_error_and_nothing_written(wh: W
         await wh.repo.rotate_secret(made.id, new_secret="whsk_not base64!")
     assert len(await wh.rows("SELECT id FROM outbox_webhook_secret")) == 1
     v1 = await wh.repo.add_endpoint(
-        "http://127.0.0.1:9/y", ["a.b"], secret=new_signing_secret("v1")
+        "http://127.0.0.1:9/y", ["a.b"], secret=new_signing_secret("v1"), tenant="acme"
     )
     with pytest.raises(WebhookRefused, match=r"signs v1 \(HMAC-SHA256\): it has no public key"):
         await wh.repo.public_keys(v1.id)
@@ -192,7 +192,7 @@ async def test_the_cli_adds_a_v1a_endpoint_prints_its_public_key_and_never_the_p
 ) -> None:
     with HttpReceiver() as hook:
         added = await cli(
-            "endpoints", "add", "--url", hook.url(), "--event-type", "invoice.paid",
+            "endpoints", "add", "--tenant", "acme", "--url", hook.url(), "--event-type", "invoice.paid",
             "--scheme", "v1a", *LOCAL, "--database-url", dsn, "--json", env=KEYS_ENV,
         )  # fmt: skip
         assert added.exit_code == 0, added.output
@@ -205,7 +205,7 @@ async def test_the_cli_adds_a_v1a_endpoint_prints_its_public_key_and_never_the_p
             "endpoints", "public-key", endpoint_id, "--database-url", dsn, "--json", env=KEYS_ENV
         )
         assert json.loads(shown.stdout)["public_keys"] == [public.to_text()]
-        text = await cli("endpoints", "add", "--url", hook.url(), "--event-type", "a.b",
+        text = await cli("endpoints", "add", "--tenant", "acme", "--url", hook.url(), "--event-type", "a.b",
                          "--scheme", "v1a", *LOCAL, "--database-url", dsn, env=KEYS_ENV)  # fmt: skip
         assert "public key: whpk_" in text.stdout
         assert "whsk_" not in text.stdout

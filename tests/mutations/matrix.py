@@ -47,6 +47,7 @@ from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.smtp import mailer as smtp_mailer
 from outbox_adapters.webhook_model import ordering_key_of as _ordering_key_of
+from outbox_adapters.webhook_model import tenant_of as _tenant_of
 from outbox_core import signing as _signing
 from outbox_core.failures import FailureTally
 from outbox_core.lease import BatchClock, exchange_deadline
@@ -457,17 +458,19 @@ async def _fan_out_in_two_transactions(
     removed)."""
     fenced = [(row, *_event_of(row)) for row in rows]
     keys = {row.id: _ordering_key_of(row) for row in rows}
+    tenants = {row.id: _tenant_of(row) for row in rows}
     marks = [_Mark.dispatched(row, scrub_keys=frozenset()) for row in rows]
     async with self._pool.connection() as conn:
         async with conn.transaction():
-            made = await self._insert_events(conn, fenced, keys)
+            made = await self._insert_events(conn, fenced, keys, tenants)
         async with conn.transaction():
             if not await self._mark_drained(conn, marks):
                 return tuple(_FanOut(marked=False) for _row in rows)
             _ids, born = await self._born_deliveries(
                 conn,
                 events=[
-                    (made[row.id][0], kind, None, keys[row.id]) for row, kind, _data in fenced
+                    (made[row.id][0], kind, None, keys[row.id], tenants[row.id])
+                    for row, kind, _data in fenced
                 ],
                 endpoint_id=None, birth_lease=birth_lease, birth_token=birth_token,
             )  # fmt: skip
@@ -1003,6 +1006,28 @@ MUTANTS += (
             "CASE WHEN v.ordering_key IS NULL THEN false",
             "CASE WHEN true THEN false",
         ),
+    ),
+)
+
+
+# --- webhook tenants and subscriptions (ADR 0017) --------------------------------------------------
+
+WEBHOOK_TENANCY = "tests/contract/test_webhook_tenancy_contract.py"
+
+MUTANTS += (
+    Mutant(
+        "webhook-fan-out-no-tenant",
+        "an event fans out to its own tenant's endpoints only (BORN_DELIVERIES)",
+        "drop the tenant predicate: every tenant's endpoints subscribed to the type get the event",
+        f"{WEBHOOK_TENANCY}::test_an_event_fans_out_to_its_own_tenants_endpoints_only[postgres]",
+        _webhook_replace("BORN_DELIVERIES", "ON e.tenant = v.tenant", "ON true"),
+    ),
+    Mutant(
+        "webhook-wildcard-exact-only",
+        "a wildcard subscription (invoice.*) takes the types under its prefix (subscribed)",
+        "drop the wildcard branch: invoice.* matches only the literal text 'invoice.*'",
+        f"{WEBHOOK_TENANCY}::test_a_wildcard_subscription_takes_the_types_under_its_prefix[postgres-invoice.paid-True]",
+        _webhook_replace("BORN_DELIVERIES", "OR (right(sub.t, 2) = '.*'", "OR (false"),
     ),
 )
 

@@ -342,7 +342,9 @@ async def webhook_round(dsn: str, log_canary) -> WebhookRound:
     async with webhooks(dsn) as wh:
         with HttpReceiver() as hook:
             repo = WebhookRepository(wh.pool, encryptor=k1)
-            endpoint = await repo.add_endpoint(hook.url(), ["invoice.paid"], secret=first.to_text())
+            endpoint = await repo.add_endpoint(
+                hook.url(), ["invoice.paid"], secret=first.to_text(), tenant="acme"
+            )
             await wh.enqueue("invoice.paid", invoice=1)
             await deliver_all(wh.pool, k1)
             await repo.rotate_secret(
@@ -395,7 +397,9 @@ async def test_the_dump_check_sees_a_webhook_secret_stored_as_text(dsn, log_cana
     probe = canary_secret(log_canary)
     try:
         async with webhooks(dsn) as wh:
-            await wh.repo.add_endpoint("https://hooks.example/in", ["x"], secret=probe.to_text())
+            await wh.repo.add_endpoint(
+                "https://hooks.example/in", ["x"], secret=probe.to_text(), tenant="acme"
+            )
         assert webhook_forms_in_dump(dsn, (probe,)) == {"0 whsec": 1, "0 base64": 1, "0 hex": 0}
     finally:
         empty_outbox(dsn)

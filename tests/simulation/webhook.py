@@ -19,8 +19,9 @@ lost (reset, or silence until the deadline). Node faults as in the e-mail world.
 
 The world (drawn from the seed): 2 to 4 processes; retry batches of 1 to 5, strict, in flight or
 grouped; 1 to 4 first attempts at once; a birth lease of 10, 20 or 40 s (at 10 s, one attempt's
-whole budget, the rows waiting for a slot are given back to the retry lane); 1 to 3 endpoints;
-4 to 12 events over the first minute.
+whole budget, the rows waiting for a slot are given back to the retry lane); 1 to 3 endpoints,
+each of tenant ``acme`` or ``globex`` and subscribed to ``order.*``; 4 to 12 ``order.placed``
+events over the first minute, each of ``acme``, ``globex`` or ``initech`` (which has no endpoint).
 
 Invariants, besides the e-mail world's over the deliveries (no delivery lost, duplicate bound,
 fence, terminal states absorb, attempts never decrease, one leader acting at every retry POST):
@@ -28,7 +29,7 @@ fence, terminal states absorb, attempts never decrease, one leader acting at eve
 - each outbox row is fanned out at most once, and a dispatched one exactly once (the
   repository's events by source row); none is lost;
 - each (event, endpoint) has at most one delivery, and every delivery row is one the repository
-  wrote for an (event, endpoint);
+  wrote for an (event, endpoint) of the same tenant (no event reaches another tenant's endpoint);
 - a delivery skipped for its disabled endpoint belongs to an endpoint a 410 disabled (the
   repository's endpoint, disabled with the 410's reason).
 """
@@ -57,10 +58,10 @@ from outbox_adapters.lanes.webhooks import (
 from outbox_adapters.memory import MemoryWebhookRepository
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime.born import BornRows
-from outbox_adapters.webhook_model import DeliveryTarget, Endpoint, FanOut
+from outbox_adapters.webhook_model import DeliveryTarget, Endpoint, FanOut, webhook_message
 from outbox_core.classify import HttpAttempt, HttpFailure, classify_http
 from outbox_core.delivery import TERMINAL, Status
-from outbox_core.messages import ClaimedRow, ClaimToken, NewMessage
+from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.outcomes import Outcome
 from outbox_core.signing import HEADER_ID, WebhookSecret
 from outbox_core.webhook_timing import FanOutTiming, WebhookTiming
@@ -68,6 +69,8 @@ from outbox_core.webhook_timing import FanOutTiming, WebhookTiming
 __all__ = ["WebhookWorld"]
 
 _SECRET: Final = WebhookSecret(key=bytes(range(32)))
+#: The tenants the events belong to; endpoints are drawn from the first two (the third has none).
+_TENANTS: Final = ("acme", "globex", "initech")
 #: A receiver's Retry-After (429/503) is honoured up to this: inside the lost-row bound.
 _RETRY_AFTER_CAP: Final = timedelta(seconds=30)
 _OUTBOX_IDS: Final = 100_001
@@ -198,13 +201,16 @@ class WebhookWorld(World):
             self.timing.claim_lease().total_seconds(), _FAN_OUT.claim_lease().total_seconds()
         )
         self.endpoints = rng.randint(1, 3)
+        #: Each endpoint's tenant, and each event's (a tenant may have no endpoint at all).
+        self.endpoint_tenants = [rng.choice(_TENANTS[:2]) for _ in range(self.endpoints)]
         self.events = rng.randint(4, 12)
         self.messages = 0  # the deliveries the fan-outs promised: known at the end
         mode = "grouped" if grouped else ("strict" if in_flight == 1 else "in-flight")
         self.result.shape = (
             f"webhook slots={self.slot_count} batch={batch} rows_in_flight={in_flight} {mode}"
             f" first_attempts={self.first_attempts} birth={self.webhook_timing.birth_lease.seconds}s"
-            f" gated={'yes' if self.gated else 'no'} endpoints={self.endpoints}"
+            f" gated={'yes' if self.gated else 'no'}"
+            f" endpoints={','.join(self.endpoint_tenants)}"
             f" events={self.events}"
         )
 
@@ -262,8 +268,8 @@ class WebhookWorld(World):
         arrivals = sorted(self.rng.uniform(0, 60) for _ in range(self.events))
         for event, at in enumerate(arrivals):
             await asyncio.sleep(at - self.loop.time())
-            message = NewMessage(
-                lane=WEBHOOK_LANE, payload={"event_type": "order.placed", "data": {"n": event}},
+            message = webhook_message(
+                "order.placed", {"n": event}, tenant=self.rng.choice(_TENANTS),
                 idempotency_key=f"event-{event}",
             )  # fmt: skip
             self.outbox.enqueue(message)
@@ -273,9 +279,12 @@ class WebhookWorld(World):
         return outbox and super()._finished(producer)
 
     async def main(self) -> None:
-        for n in range(self.endpoints):
+        for n, tenant in enumerate(self.endpoint_tenants):
             await self.repository.add_endpoint(
-                f"https://hooks.example.org/{n + 1}", ["order.placed"], secret=_SECRET.to_text()
+                f"https://hooks.example.org/{n + 1}",
+                ["order.*"],
+                secret=_SECRET.to_text(),
+                tenant=tenant,
             )
         await super().main()
         self.messages = len(self.repository.delivery_refs())
@@ -283,6 +292,7 @@ class WebhookWorld(World):
     def check_webhook_end(self) -> None:
         refs = self.repository.delivery_refs()
         endpoints = {e.id: e for e in self._endpoints()}
+        tenants = {e.id: e.tenant for e in self.repository.events()}
         seen: dict[tuple[int, int], int] = {}
         for row in self.store.all_rows():
             pair = refs.get(row.id)
@@ -293,6 +303,11 @@ class WebhookWorld(World):
                 self.violation(f"event {pair[0]} has deliveries {seen[pair]} and {row.id}")
             seen[pair] = row.id
             endpoint = endpoints[pair[1]]
+            if endpoint.tenant != tenants[pair[0]]:
+                self.violation(
+                    f"delivery {row.id} takes tenant {tenants[pair[0]]}'s event {pair[0]} to"
+                    f" tenant {endpoint.tenant}'s endpoint {pair[1]}"
+                )
             if row.status is Status.SKIPPED and (
                 endpoint.enabled or "410" not in (endpoint.disabled_reason or "")
             ):

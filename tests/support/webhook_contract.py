@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from tests.support.webhooks import Webhooks, WebhookSteps, notice_for, webhooks
+from tests.support.webhooks import TENANT, Webhooks, WebhookSteps, notice_for, webhooks
 
 from outbox_adapters.clock import FakeClock
 from outbox_adapters.memory import MemoryStore, MemoryWebhookRepository
@@ -61,9 +61,16 @@ class MemoryWebhooks(WebhookSteps):
         self.secrets = {}
 
     async def enqueue(
-        self, event_type: str = "invoice.paid", *, ordering_key: str | None = None, **data: Any
+        self,
+        event_type: str = "invoice.paid",
+        *,
+        ordering_key: str | None = None,
+        tenant: str = TENANT,
+        **data: Any,
     ) -> int:
-        message = webhook_message(event_type, data or {"invoice": 7}, ordering_key=ordering_key)
+        message = webhook_message(
+            event_type, data or {"invoice": 7}, ordering_key=ordering_key, tenant=tenant
+        )
         return int(self.outbox.enqueue(message).row_id)
 
     async def now(self) -> datetime:

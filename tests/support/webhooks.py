@@ -37,6 +37,8 @@ from outbox_core.webhook_timing import WebhookTiming
 
 BIRTH = timedelta(seconds=120)
 LEASE = timedelta(seconds=190)
+#: The tenant the tests' endpoints and events belong to unless a test names another.
+TENANT = "acme"
 
 #: Local receivers over http on 127.0.0.0/8, for end-to-end webhook tests.
 GUARD = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
@@ -68,13 +70,24 @@ class WebhookSteps:
     secrets: dict[int, str]
 
     async def enqueue(
-        self, event_type: str = "invoice.paid", *, ordering_key: str | None = None, **data: Any
+        self,
+        event_type: str = "invoice.paid",
+        *,
+        ordering_key: str | None = None,
+        tenant: str = TENANT,
+        **data: Any,
     ) -> int:
         raise NotImplementedError
 
-    async def endpoint(self, *types: str, url: str = "https://hooks.example/in", **kw: Any) -> int:
+    async def endpoint(
+        self,
+        *types: str,
+        url: str = "https://hooks.example/in",
+        tenant: str = TENANT,
+        **kw: Any,
+    ) -> int:
         secret = new_secret()
-        made = await self.repo.add_endpoint(url, list(types), secret=secret, **kw)
+        made = await self.repo.add_endpoint(url, list(types), secret=secret, tenant=tenant, **kw)
         self.secrets[made.id] = secret
         return int(made.id)
 
@@ -90,9 +103,11 @@ class WebhookSteps:
         )
         return list(await self.deliveries.claim_due(request))
 
-    async def drained(self, event_type: str = "invoice.paid", **data: Any) -> FanOut:
-        """Enqueue one event, claim it and fan it out (born token of its own)."""
-        await self.enqueue(event_type, **data)
+    async def drained(
+        self, event_type: str = "invoice.paid", *, tenant: str = TENANT, **data: Any
+    ) -> FanOut:
+        """Enqueue one event of ``tenant``, claim it and fan it out (born token of its own)."""
+        await self.enqueue(event_type, tenant=tenant, **data)
         (row,) = await self.claim_outbox()
         fan_out: FanOut = await self.repo.fan_out(row, birth_lease=BIRTH, birth_token=token())
         return fan_out
@@ -107,11 +122,16 @@ class Webhooks(WebhookSteps):
     secrets: dict[int, str] = attrs.Factory(dict)
 
     async def enqueue(
-        self, event_type: str = "invoice.paid", *, ordering_key: str | None = None, **data: Any
+        self,
+        event_type: str = "invoice.paid",
+        *,
+        ordering_key: str | None = None,
+        tenant: str = TENANT,
+        **data: Any,
     ) -> int:
         async with self.pool.connection() as conn, conn.transaction():
             result = await enqueue_webhook_async(
-                conn, event_type, data or {"invoice": 7}, ordering_key=ordering_key
+                conn, event_type, data or {"invoice": 7}, ordering_key=ordering_key, tenant=tenant
             )
         return int(result.row_id)
 

@@ -74,7 +74,7 @@ def test_help_and_version_import_no_technology():
     ("args", "blocked", "extra"),
     [
         (["endpoints", "--help"], ("httpx", "httpcore"), "webhooks"),
-        (["enqueue", "webhook", "--help"], ("httpx", "httpcore"), "webhooks"),
+        (["enqueue", "webhook", "--tenant", "acme", "--help"], ("httpx", "httpcore"), "webhooks"),
         (["worker", "--help"], ("psycopg", "psycopg_pool"), "postgres"),
         (
             ["dlq", "list", "--broker", "kafka://127.0.0.1:1"],

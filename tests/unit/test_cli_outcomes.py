@@ -44,7 +44,7 @@ def test_the_plain_http_refusal_names_allow_http() -> None:
     with pytest.raises(BlockedDestination, match=r"https is required.*--allow-http"):
         parse_destination("http://hooks.example/in")
     result = outbox(
-        "endpoints", "add", "--url", "http://hooks.example/in", "--event-type", "x",
+        "endpoints", "add", "--tenant", "acme", "--url", "http://hooks.example/in", "--event-type", "x",
         "--database-url", "postgresql://ops@127.0.0.1:1/outbox",
     )  # fmt: skip
     assert result.exit_code == 2

@@ -237,9 +237,11 @@ def memory_repository() -> MemoryWebhookRepository:
 
 async def test_the_key_s_prefix_chooses_the_endpoint_s_scheme_and_rotation_keeps_it() -> None:
     repo = memory_repository()
-    v1 = await repo.add_endpoint("https://a.example/in", ["*"], secret=new_signing_secret("v1"))
+    v1 = await repo.add_endpoint(
+        "https://a.example/in", ["*"], secret=new_signing_secret("v1"), tenant="acme"
+    )
     first = new_signing_secret("v1a")
-    v1a = await repo.add_endpoint("https://b.example/in", ["*"], secret=first)
+    v1a = await repo.add_endpoint("https://b.example/in", ["*"], secret=first, tenant="acme")
     assert (v1.scheme, v1a.scheme) == ("v1", "v1a")
     assert await repo.public_keys(v1a.id) == (public_key_of(SigningKey.parse(first)),)
     with pytest.raises(WebhookRefused, match="signs with scheme v1a: rotate it with a whsk_"):
@@ -270,7 +272,11 @@ async def test_without_the_crypto_extra_a_v1a_registration_names_the_install() -
         parse_signing_secret(new_signing_secret("v1a"))
     repo = memory_repository()
     with pytest.raises(MissingExtra, match=r"v1a \(Ed25519\).*'crypto' extra"):
-        await repo.add_endpoint("https://b.example/in", ["*"], secret=new_signing_secret("v1a"))
+        await repo.add_endpoint(
+            "https://b.example/in", ["*"], secret=new_signing_secret("v1a"), tenant="acme"
+        )
     assert await repo.list_endpoints() == []
     # v1 needs no extra.
-    await repo.add_endpoint("https://a.example/in", ["*"], secret=new_signing_secret("v1"))
+    await repo.add_endpoint(
+        "https://a.example/in", ["*"], secret=new_signing_secret("v1"), tenant="acme"
+    )

@@ -27,6 +27,7 @@ T0 = datetime(2030, 1, 1, tzinfo=UTC)
 def endpoint(owner: str | None) -> Endpoint:
     return Endpoint(
         id=7,
+        tenant="acme",
         url="https://hooks.example.org/in",
         event_types=("invoice.paid",),
         enabled=False,

@@ -31,6 +31,7 @@ from outbox_adapters.cli.options import (
     option,
     run,
     setting_error,
+    tenant_option,
     when,
 )
 from outbox_adapters.http import DestinationGuard
@@ -65,6 +66,7 @@ __all__ = [
 def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
     return {
         "id": endpoint.id,
+        "tenant": endpoint.tenant,
         "url": endpoint.url,
         "event_types": list(endpoint.event_types),
         "enabled": endpoint.enabled,
@@ -129,6 +131,7 @@ def endpoints_group() -> None:
 
 @endpoints_group.command("add")
 @database_url()
+@tenant_option(required=True, help_text="The tenant it belongs to: it receives only its events.")
 @option("--url", env="OUTBOX_ENDPOINT_URL", required=True, help="Where the events are POSTed.")
 @option(
     "--event-type",
@@ -136,7 +139,8 @@ def endpoints_group() -> None:
     env="OUTBOX_EVENT_TYPE",
     required=True,
     multiple=True,
-    help="An event type it receives ('*' for every type); repeat for more.",
+    help="An event type it receives ('*' for every type, 'invoice.*' for every type under"
+    " 'invoice.'); repeat for more.",
 )
 @option("--owner", env="OUTBOX_ENDPOINT_OWNER", help="Owner's e-mail, told when it is disabled.")
 @option(
@@ -153,6 +157,7 @@ def endpoints_group() -> None:
 @json_option
 def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     database_url: str,
+    tenant: str,
     url: str,
     event_types: tuple[str, ...],
     owner: str | None,
@@ -173,7 +178,9 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     try:
         endpoint: Endpoint = _repository_call(
             database_url,
-            lambda repo: repo.add_endpoint(url, event_types, owner_email=owner, secret=secret),
+            lambda repo: repo.add_endpoint(
+                url, event_types, tenant=tenant, owner_email=owner, secret=secret
+            ),
             encryptor,
         )
     except InvalidMessage as exc:
@@ -182,8 +189,8 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         click.echo(json.dumps({"endpoint": endpoint_json(endpoint), **handed}))
         return
     click.echo(
-        f"endpoint {endpoint.id} added for {', '.join(endpoint.event_types)}"
-        f" (scheme {endpoint.scheme})"
+        f"endpoint {endpoint.id} of tenant {endpoint.tenant!r} added for"
+        f" {', '.join(endpoint.event_types)} (scheme {endpoint.scheme})"
     )
     _echo_handed_out(handed)
     click.echo(describe_secrets(encryptor))
@@ -191,10 +198,14 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
 
 @endpoints_group.command("list")
 @database_url()
+@tenant_option(required=False, help_text="Only this tenant's endpoints.")
 @json_option
-def list_command(database_url: str, as_json: bool) -> None:  # noqa: FBT001
-    """Every endpoint: id, state, event types, URL, signature scheme (never a secret)."""
-    endpoints: list[Endpoint] = _repository_call(database_url, lambda r: r.list_endpoints())
+def list_command(database_url: str, tenant: str | None, as_json: bool) -> None:  # noqa: FBT001
+    """Every endpoint (or one tenant's): id, tenant, state, event types, URL, signature scheme
+    (never a secret)."""
+    endpoints: list[Endpoint] = _repository_call(
+        database_url, lambda r: r.list_endpoints(tenant=tenant)
+    )
     if as_json:
         click.echo(json.dumps({"endpoints": [endpoint_json(e) for e in endpoints]}))
         return
@@ -202,7 +213,9 @@ def list_command(database_url: str, as_json: bool) -> None:  # noqa: FBT001
         click.echo("no endpoints")
     for e in endpoints:
         state = "enabled" if e.enabled else f"disabled ({e.disabled_reason})"
-        click.echo(f"{e.id:>6}  {state}  {','.join(e.event_types)}  {e.url}  {e.scheme}")
+        click.echo(
+            f"{e.id:>6}  {e.tenant}  {state}  {','.join(e.event_types)}  {e.url}  {e.scheme}"
+        )
 
 
 @endpoints_group.command("disable")

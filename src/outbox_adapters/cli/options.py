@@ -19,7 +19,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from outbox_adapters.postgres import pools
-from outbox_core.errors import ConfigurationError, StoreUnavailable
+from outbox_adapters.webhook_scope import check_tenant
+from outbox_core.errors import ConfigurationError, InvalidMessage, StoreUnavailable
 from outbox_core.ports import Encryptor
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "run",
     "setting_error",
     "stop_on_signals",
+    "tenant_option",
     "when",
 ]
 
@@ -93,6 +95,23 @@ def allow_options(command: Any) -> Any:  # noqa: ANN401 - a click decorator
         metavar="CIDR",
         help="An address range a webhook may reach although it is private or local (repeat).",
     )(command)
+
+
+def _check_tenant(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_tenant(value)
+    except InvalidMessage as exc:
+        raise SettingError(f"--tenant (OUTBOX_TENANT): {exc}") from None
+
+
+def tenant_option(*, required: bool, help_text: str) -> Callable[[F], F]:
+    """``--tenant`` (``OUTBOX_TENANT``): the tenant (the host's customer id) a webhook command
+    acts for, checked as it is read."""
+    return option(
+        "--tenant", env="OUTBOX_TENANT", required=required, callback=_check_tenant, help=help_text
+    )
 
 
 def when(moment: datetime | None) -> str | None:

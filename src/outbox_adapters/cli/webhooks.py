@@ -21,6 +21,7 @@ from outbox_adapters.cli.options import (
     database_url,
     option,
     setting_error,
+    tenant_option,
 )
 from outbox_adapters.postgres.webhooks import DeliveryReport, Replay, enqueue_webhook
 from outbox_core.delivery import Status
@@ -35,6 +36,7 @@ _NO_BIRTH_LEASE = timedelta(0)
 @click.command("webhook")
 @database_url()
 @option("--event-type", env="OUTBOX_WEBHOOK_EVENT_TYPE", required=True, help="e.g. invoice.paid")
+@tenant_option(required=True, help_text="The tenant it is about: only its endpoints receive it.")
 @option("--data", env="OUTBOX_WEBHOOK_DATA", required=True, metavar="JSON", help="A JSON object.")
 @option(
     "--idempotency-key",
@@ -46,9 +48,10 @@ _NO_BIRTH_LEASE = timedelta(0)
     env="OUTBOX_WEBHOOK_ORDERING_KEY",
     help="Deliver in event order with the other events of this key, per endpoint (ADR 0018).",
 )
-def enqueue_webhook_command(
+def enqueue_webhook_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     database_url: str,
     event_type: str,
+    tenant: str,
     data: str,
     idempotency_key: str | None,
     ordering_key: str | None,
@@ -68,6 +71,7 @@ def enqueue_webhook_command(
                 conn,
                 event_type,
                 document,
+                tenant=tenant,
                 idempotency_key=idempotency_key,
                 ordering_key=ordering_key,
             )

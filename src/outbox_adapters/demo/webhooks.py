@@ -32,6 +32,8 @@ __all__ = ["WebhookDemoReport", "run_webhook_demo"]
 
 #: The gone receiver's 500 is retried after this wait (instead of 5 s), so the demo sees its 410.
 DEMO_WEBHOOK_BACKOFF: Final = SlotSchedule((timedelta(seconds=0.2),) * 3, jitter_ratio=0.0)
+#: The tenant (a customer of the demo's host) both endpoints and every event belong to.
+DEMO_TENANT: Final = "acme"
 
 
 @attrs.frozen
@@ -91,10 +93,13 @@ async def run_webhook_demo(dsn: str, *, events: int, out: TextIO) -> WebhookDemo
         repository = WebhookRepository(pool)
         secret = WebhookSecret.generate_from(secrets.token_bytes(32))
         healthy.secrets = (secret,)
-        fine = await repository.add_endpoint(healthy.url, [event_type], secret=secret.to_text())
+        fine = await repository.add_endpoint(
+            healthy.url, [event_type], tenant=DEMO_TENANT, secret=secret.to_text()
+        )
         doomed = await repository.add_endpoint(
             gone.url,
             [event_type],
+            tenant=DEMO_TENANT,
             secret=WebhookSecret.generate_from(secrets.token_bytes(32)).to_text(),
         )
         out.write(
@@ -104,7 +109,9 @@ async def run_webhook_demo(dsn: str, *, events: int, out: TextIO) -> WebhookDemo
         out.flush()
         async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
             for n in range(events):
-                await enqueue_webhook_async(conn, event_type, {"invoice": n, "amount_cents": 1200})
+                await enqueue_webhook_async(
+                    conn, event_type, {"invoice": n, "amount_cents": 1200}, tenant=DEMO_TENANT
+                )
         started = time.monotonic()
         async with app.running(WEBHOOK_LANE):
             await _until_settled(repository, (fine.id, doomed.id), events, give_up_after=30.0)

@@ -41,6 +41,7 @@ from outbox_adapters.webhook_model import (
     check_overlap,
     check_owner,
     check_reason,
+    check_tenant,
     check_window,
     health_reason,
     owner_message,
@@ -71,6 +72,8 @@ class WebhookEvent:
     #: The data as JSON text (as ``jsonb`` keeps it: a copy, not the producer's object).
     data: str
     created_at: datetime
+    #: The tenant it belongs to: its deliveries go to that tenant's endpoints only.
+    tenant: str
     #: The webhook outbox row it came from (at most one event per row); ``None`` for a replay.
     source_outbox_id: int | None = None
     #: The event this one replays, and the endpoint the replay covers (``None``: every one).
@@ -191,11 +194,14 @@ class MemoryEndpointOps:
         url: str,
         event_types: tuple[str, ...] | list[str],
         *,
+        tenant: str,
         owner_email: str | None = None,
         secret: str,
     ) -> Endpoint:
-        """Register an endpoint with its first signing secret (the caller's): ``whsec_...`` signs
-        ``v1``, ``whsk_...`` ``v1a`` (Ed25519, needs the ``crypto`` extra)."""
+        """Register an endpoint of ``tenant`` (it receives that tenant's events only) with its
+        first signing secret (the caller's): ``whsec_...`` signs ``v1``, ``whsk_...`` ``v1a``
+        (Ed25519, needs the ``crypto`` extra)."""
+        tenant = check_tenant(tenant)
         key = parse_signing_secret(secret)
         url = check_endpoint_url(url)
         types = check_event_types(event_types)
@@ -203,7 +209,8 @@ class MemoryEndpointOps:
         await asyncio.sleep(0)
         with self._locked("add_endpoint") as now:
             endpoint = Endpoint(
-                id=self._new_id("endpoint"), url=url, event_types=types, enabled=True,
+                id=self._new_id("endpoint"), tenant=tenant, url=url, event_types=types,
+                enabled=True,
                 owner_email=owner, disabled_reason=None, disabled_at=None,
                 created_at=now, updated_at=now, scheme=scheme_of(key),
             )  # fmt: skip
@@ -211,10 +218,17 @@ class MemoryEndpointOps:
             self._secrets[endpoint.id] = [_Secret(self._new_id("secret"), endpoint.id, key, now)]
         return endpoint
 
-    async def list_endpoints(self) -> list[Endpoint]:
+    async def list_endpoints(self, *, tenant: str | None = None) -> list[Endpoint]:
+        """Every endpoint by id, or only ``tenant``'s."""
+        if tenant is not None:
+            check_tenant(tenant)
         await asyncio.sleep(0)
         with self._locked("list_endpoints"):
-            return [self._endpoints[i] for i in sorted(self._endpoints)]
+            return [
+                self._endpoints[i]
+                for i in sorted(self._endpoints)
+                if tenant in (None, self._endpoints[i].tenant)
+            ]
 
     async def endpoint(self, endpoint_id: int) -> Endpoint | None:
         await asyncio.sleep(0)
@@ -253,6 +267,7 @@ class MemoryEndpointOps:
                 event.id
                 for event in sorted(self._events.values(), key=lambda e: e.id)
                 if event.replay_of is None
+                and event.tenant == endpoint.tenant
                 and receives(endpoint.event_types, event.event_type)
                 and (
                     (event.created_at >= since and event.id not in delivered) or event.id in skipped

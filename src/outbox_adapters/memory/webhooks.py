@@ -62,6 +62,7 @@ from outbox_adapters.webhook_model import (
     receives,
     refused_disabled,
     refused_no_event,
+    tenant_of,
 )
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
@@ -125,7 +126,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
         marked row gets one event (a fresh ``msg_id``) and its born-leased deliveries, all under
         ``birth_token``. Raises :class:`InvalidMessage` (nothing written) if any row is not an
         event."""
-        events = [(*event_of(row), ordering_key_of(row)) for row in rows]
+        events = [(*event_of(row), ordering_key_of(row), tenant_of(row)) for row in rows]
         await asyncio.sleep(0)
         with self._locked("fan_out") as now:
             return tuple(
@@ -136,7 +137,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
     def _fan_out_one(
         self,
         row: ClaimedRow,
-        event: tuple[str, JSONObject, str | None],
+        event: tuple[str, JSONObject, str | None, str],
         *,
         now: datetime,
         lease: timedelta,
@@ -145,7 +146,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
         mark = Mark.dispatched(row, scrub_keys=frozenset())
         if self.outbox_store._apply(mark) is not MarkResult.APPLIED:  # noqa: SLF001 - the one CAS
             return FanOut(marked=False)
-        event_type, data, ordering_key = event
+        event_type, data, ordering_key, tenant = event
         made = self._add_event(
             WebhookEvent(
                 id=self._new_id("event"),
@@ -153,6 +154,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
                 event_type=event_type,
                 data=payload_json(data),
                 created_at=now,
+                tenant=tenant,
                 source_outbox_id=int(row.id),
                 ordering_key=ordering_key,
             )
@@ -182,7 +184,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
         *,
         trace_context: str | None = None,
     ) -> tuple[tuple[int, ...], tuple[ClaimedRow, ...]]:
-        """One delivery per enabled endpoint subscribed to the event's type (only
+        """One delivery per enabled endpoint of the event's tenant subscribed to its type (only
         ``endpoint_id`` when given) that has none yet: born leased under ``birth_token``, or, with
         no token, due at ``now + birth_lease`` for the retry lane with no attempt counted. A keyed
         delivery behind a pending one of its (endpoint, key) is born waiting: due now, unclaimed,
@@ -193,6 +195,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             pair = (event.id, endpoint.id)
             if (
                 not endpoint.enabled
+                or endpoint.tenant != event.tenant
                 or not receives(endpoint.event_types, event.event_type)
                 or endpoint_id not in (None, endpoint.id)
                 or pair in self._pairs
@@ -291,7 +294,9 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             source = self._events.get(event_id)
             if source is None:
                 raise refused_no_event(event_id)
-            check_replay_target(source.event_type, endpoint_id, list(self._endpoints.values()))
+            check_replay_target(
+                source.event_type, source.tenant, endpoint_id, list(self._endpoints.values())
+            )
             clone = next(
                 (
                     e

@@ -20,6 +20,8 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from outbox_adapters.postgres.tables import ADDED_LATER, metadata
 from outbox_adapters.postgres.triggers import triggers_of
+from outbox_adapters.postgres.upgrades import DEFAULT_EXISTING_TENANT, TENANT_STEPS, tenant_sql
+from outbox_adapters.webhook_scope import check_tenant
 
 __all__ = ["apply", "ddl_sql", "ddl_statements", "trigger_statements", "verify"]
 
@@ -91,16 +93,27 @@ def trigger_statements() -> list[str]:
     ]
 
 
-def ddl_sql() -> str:
-    """The whole DDL as one SQL script (``outbox schema sql``)."""
-    return "".join(f"{statement};\n\n" for statement in ddl_statements())
+def ddl_sql(existing_tenant: str = DEFAULT_EXISTING_TENANT) -> str:
+    """The whole DDL as one SQL script (``outbox schema sql``), then the upgrade of an earlier
+    release's rows (:mod:`.upgrades`), which changes nothing on a new database."""
+    upgrade = tenant_sql(existing_tenant)
+    return "".join(f"{statement};\n\n" for statement in [*ddl_statements(), *upgrade])
 
 
-def apply(dsn: str) -> None:
-    """Create whatever is missing, in one transaction (``outbox schema apply``)."""
+def apply(dsn: str, *, existing_tenant: str = DEFAULT_EXISTING_TENANT) -> dict[str, int]:
+    """Create whatever is missing, then upgrade an earlier release's rows, in one transaction
+    (``outbox schema apply``). Returns how many rows each upgrade step changed (what it counts ->
+    rows), the steps that changed nothing left out."""
+    check_tenant(existing_tenant)
+    changed: dict[str, int] = {}
     with psycopg.connect(dsn) as conn, conn.transaction():
         for statement in ddl_statements():
             conn.execute(statement)
+        for what, statement in TENANT_STEPS:
+            cursor = conn.execute(statement, {"tenant": existing_tenant} if what else None)
+            if what and cursor.rowcount > 0:
+                changed[what] = cursor.rowcount
+    return changed
 
 
 def _expected(table: Table) -> tuple[set[str], set[str], set[str]]:

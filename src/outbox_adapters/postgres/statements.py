@@ -401,8 +401,8 @@ FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS v(id, reason)
 JOIN {queue} AS d ON d.id = v.id
 WHERE e.id = d.endpoint_id
   AND e.enabled
-RETURNING e.id, e.url, e.event_types, e.enabled, e.owner_email, e.disabled_reason,
-          e.disabled_at, e.created_at, e.updated_at
+RETURNING e.id, e.tenant, e.url, e.event_types, e.enabled, e.owner_email, e.disabled_reason,
+          e.disabled_at, e.created_at, e.updated_at, coalesce(e.scheme, 'v1') AS scheme
 """
 
 #: Give back a claimed row that was never started (graceful shutdown): due now, the claim's

@@ -24,15 +24,20 @@ def enqueue_webhook(  # noqa: PLR0913 - keyword-only options of one enqueue
     event_type: str,
     data: Mapping[str, Any],
     *,
+    tenant: str,
     idempotency_key: str | None = None,
     ordering_key: str | None = None,
     notify: bool = True,
 ) -> EnqueueResult:
-    """Write one webhook event (``event_type``, a JSON object ``data``) in the open transaction of
-    ``handle`` (a ``psycopg.Connection``, ``sqlalchemy.Connection`` or ``Session``).
+    """Write one webhook event (``event_type``, a JSON object ``data``) of ``tenant`` in the open
+    transaction of ``handle`` (a ``psycopg.Connection``, ``sqlalchemy.Connection`` or
+    ``Session``).
 
-    An event type that isn't a sane name, or data that isn't a JSON object within the payload
-    rules, raises :class:`~outbox_core.errors.InvalidMessage` before anything is written. With
+    The event goes to ``tenant``'s enabled endpoints subscribed to its type, and to no other
+    tenant's (docs/guides/webhooks.md, "Tenants"). An event type that isn't a sane name, data that
+    isn't a JSON object within the payload rules, or a tenant that is ``None`` or not 1 to 200
+    characters of text raises :class:`~outbox_core.errors.InvalidMessage` before anything is
+    written. With
     ``idempotency_key``, a second enqueue of the same key writes nothing (``created=False``).
 
     With ``ordering_key`` (1 to 200 characters of text without control characters; anything else
@@ -42,7 +47,7 @@ def enqueue_webhook(  # noqa: PLR0913 - keyword-only options of one enqueue
     docs/guides/webhooks.md). Without one, a delivery waits for nothing.
     """
     message = webhook_message(
-        event_type, data, idempotency_key=idempotency_key, ordering_key=ordering_key
+        event_type, data, tenant=tenant, idempotency_key=idempotency_key, ordering_key=ordering_key
     )
     return enqueue(handle, message, notify=notify, table=outbox_webhook)
 
@@ -52,6 +57,7 @@ async def enqueue_webhook_async(  # noqa: PLR0913 - keyword-only options of one 
     event_type: str,
     data: Mapping[str, Any],
     *,
+    tenant: str,
     idempotency_key: str | None = None,
     ordering_key: str | None = None,
     notify: bool = True,
@@ -59,6 +65,6 @@ async def enqueue_webhook_async(  # noqa: PLR0913 - keyword-only options of one 
     """:func:`enqueue_webhook` for ``psycopg.AsyncConnection`` and SQLAlchemy ``AsyncConnection``
     / ``AsyncSession``."""
     message = webhook_message(
-        event_type, data, idempotency_key=idempotency_key, ordering_key=ordering_key
+        event_type, data, tenant=tenant, idempotency_key=idempotency_key, ordering_key=ordering_key
     )
     return await enqueue_async(handle, message, notify=notify, table=outbox_webhook)

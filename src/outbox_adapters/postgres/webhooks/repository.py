@@ -55,6 +55,7 @@ from outbox_adapters.webhook_model import (
     refused_disabled,
     refused_no_endpoint,
     refused_no_event,
+    tenant_of,
 )
 from outbox_core.messages import (
     ClaimedRow,
@@ -121,6 +122,7 @@ class WebhookRepository(EndpointOps, TargetReads):
         event."""
         events = [event_of(row) for row in rows]
         keys = {row.id: ordering_key_of(row) for row in rows}
+        tenants = {row.id: tenant_of(row) for row in rows}
         marks = [Mark.dispatched(row, scrub_keys=frozenset()) for row in rows]
         check_distinct_rows(marks)
         async with self._pool.connection() as conn, conn.transaction():
@@ -128,11 +130,11 @@ class WebhookRepository(EndpointOps, TargetReads):
             fenced = _fenced(rows, events, drained)
             if not fenced:
                 return tuple(FanOut(marked=False) for _row in rows)
-            made = await self._insert_events(conn, fenced, keys)
+            made = await self._insert_events(conn, fenced, keys, tenants)
             _ids, born = await self._born_deliveries(
                 conn,
                 events=[
-                    (made[row.id][0], kind, row.trace_context, keys[row.id])
+                    (made[row.id][0], kind, row.trace_context, keys[row.id], tenants[row.id])
                     for row, kind, _ in fenced
                 ],
                 endpoint_id=None,
@@ -166,6 +168,7 @@ class WebhookRepository(EndpointOps, TargetReads):
         conn: AsyncConnection[Any],
         fenced: Sequence[_Fenced],
         keys: dict[RowId, str | None],
+        tenants: dict[RowId, str],
     ) -> dict[RowId, tuple[int, str]]:
         """One event per fenced row, each with a fresh ``msg_id``: outbox row id -> (event id,
         msg_id)."""
@@ -179,6 +182,7 @@ class WebhookRepository(EndpointOps, TargetReads):
             ],
             "source_outbox_ids": [coerce_row_id(row.id) for row, _type, _data in fenced],
             "ordering_keys": [keys[row.id] for row, _type, _data in fenced],
+            "tenants": [tenants[row.id] for row, _type, _data in fenced],
         }
         records = await _all(conn, statements.INSERT_EVENTS, params)
         by_source = {coerce_row_id(row.id): row.id for row, _type, _data in fenced}
@@ -192,13 +196,13 @@ class WebhookRepository(EndpointOps, TargetReads):
         self,
         conn: AsyncConnection[Any],
         *,
-        events: Sequence[tuple[int, str, str | None, str | None]],
+        events: Sequence[tuple[int, str, str | None, str | None, str]],
         endpoint_id: int | None,
         birth_lease: timedelta,
         birth_token: ClaimToken | None,
     ) -> tuple[tuple[int, ...], dict[int, tuple[ClaimedRow, ...]]]:
-        """The deliveries of ``events`` (event id, event type, trace context, ordering key): their
-        ids, and those born leased to this process by event id (none without a token; a keyed
+        """The deliveries of ``events`` (event id, event type, trace context, ordering key,
+        tenant) to their tenants' endpoints: their ids, and those born leased to this process by event id (none without a token; a keyed
         delivery behind an earlier one of its (endpoint, key) is born waiting, not leased)."""
         records = await _all(
             conn,
@@ -209,6 +213,7 @@ class WebhookRepository(EndpointOps, TargetReads):
                 "event_types": [event[1] for event in events],
                 "trace_contexts": [event[2] for event in events],
                 "ordering_keys": [event[3] for event in events],
+                "tenants": [event[4] for event in events],
                 "endpoint_id": endpoint_id,
                 "birth_lease": birth_lease,
                 "token": None if birth_token is None else birth_token.value,
@@ -248,7 +253,9 @@ class WebhookRepository(EndpointOps, TargetReads):
                 source = await _one(conn, statements.EVENT, {"id": event_id})
                 if source is None:
                     raise refused_no_event(event_id)
-                await self._check_replay_target(conn, source["event_type"], endpoint_id)
+                await self._check_replay_target(
+                    conn, source["event_type"], source["tenant"], endpoint_id
+                )
                 clone = await _one(
                     conn, statements.OPEN_REPLAY, {"replay_of": event_id, "scope": scope}
                 )
@@ -267,7 +274,15 @@ class WebhookRepository(EndpointOps, TargetReads):
                 if current is not None and current["replay_completed_at"] is None:
                     ids, born = await self._born_deliveries(
                         conn,
-                        events=[(clone["id"], clone["event_type"], None, clone["ordering_key"])],
+                        events=[
+                            (
+                                clone["id"],
+                                clone["event_type"],
+                                None,
+                                clone["ordering_key"],
+                                clone["tenant"],
+                            )
+                        ],
                         endpoint_id=endpoint_id,
                         birth_lease=birth_lease,
                         birth_token=birth_token,
@@ -285,15 +300,15 @@ class WebhookRepository(EndpointOps, TargetReads):
         )
 
     async def _check_replay_target(
-        self, conn: AsyncConnection[Any], event_type: str, endpoint_id: int | None
+        self, conn: AsyncConnection[Any], event_type: str, tenant: str, endpoint_id: int | None
     ) -> None:
         query, params = (
-            (statements.ENDPOINTS, {})
+            (statements.ENDPOINTS, {"tenant": tenant})
             if endpoint_id is None
             else (statements.ENDPOINT, {"id": endpoint_id})
         )
         endpoints = [Endpoint.from_record(r) for r in await _all(conn, query, params)]
-        check_replay_target(event_type, endpoint_id, endpoints)
+        check_replay_target(event_type, tenant, endpoint_id, endpoints)
 
     @mapped_outages
     async def replay_failed(

@@ -7,6 +7,8 @@ never copies. ``now`` is optional where a test needs to move time: ``coalesce(%(
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = [
     "BORN_DELIVERIES",
     "CLONE_EVENT",
@@ -31,23 +33,42 @@ __all__ = [
     "UNHEALTHY_ENDPOINTS",
 ]
 
+#: What every endpoint read returns (``Endpoint.from_record``'s fields).
+ENDPOINT_COLUMNS: Final = """id, tenant, url, event_types, enabled, owner_email, disabled_reason,
+       disabled_at, created_at, updated_at, coalesce(scheme, 'v1') AS scheme"""
+
+
+def subscribed(event_types: str, event_type: str) -> str:
+    """SQL true when a subscription array ``event_types`` takes the text ``event_type`` (both SQL
+    expressions): listed exactly, ``*``, or under a wildcard's prefix (``invoice.*`` takes
+    ``invoice.paid``). The twin of :func:`outbox_adapters.webhook_scope.receives`."""
+    return (
+        f"EXISTS (SELECT FROM unnest({event_types}) AS sub(t) WHERE sub.t = {event_type}"
+        f" OR sub.t = '*' OR (right(sub.t, 2) = '.*'"
+        f" AND starts_with({event_type}, left(sub.t, -1))))"
+    )
+
+
 # --- fan-out and replay ---------------------------------------------------------------------------
 
 #: The events of a fan-out, one per outbox row whose fenced mark applied, in the fan-out's
 #: transaction (after ``MARK_MANY``); ``source_outbox_id`` is unique, so an outbox row can never
 #: have two events, and an event's id follows its row's order in the batch.
 INSERT_EVENTS = """
-INSERT INTO outbox_webhook_event (msg_id, event_type, data, source_outbox_id, ordering_key)
-SELECT v.msg_id, v.event_type, v.data::jsonb, v.source_outbox_id, v.ordering_key
+INSERT INTO outbox_webhook_event
+    (msg_id, event_type, data, source_outbox_id, ordering_key, tenant)
+SELECT v.msg_id, v.event_type, v.data::jsonb, v.source_outbox_id, v.ordering_key, v.tenant
 FROM unnest(%(msg_ids)s::text[], %(event_types)s::text[], %(datas)s::text[],
-            %(source_outbox_ids)s::bigint[], %(ordering_keys)s::text[]) WITH ORDINALITY
-     AS v(msg_id, event_type, data, source_outbox_id, ordering_key, position)
+            %(source_outbox_ids)s::bigint[], %(ordering_keys)s::text[], %(tenants)s::text[])
+     WITH ORDINALITY
+     AS v(msg_id, event_type, data, source_outbox_id, ordering_key, tenant, position)
 ORDER BY v.position
 RETURNING id, source_outbox_id, created_at
 """
 
 #: Born-leased deliveries of one or more events (a fan-out's batch, or one replay's clone): one per
-#: event and enabled endpoint subscribed to the event's type (or only ``endpoint_id`` when given),
+#: event and enabled endpoint OF THE EVENT'S TENANT subscribed to the event's type (:func:`subscribed`;
+#: or only ``endpoint_id`` when given, still of that tenant),
 #: already claimed by the in-process first attempt: attempts = 1, the birth token, and a due time
 #: of now + the BIRTH lease (never NULL: a NULL due time is what the legacy branch of the claim
 #: takes at once, so the retry worker would race the first attempt; never now: due at once, the
@@ -61,7 +82,7 @@ RETURNING id, source_outbox_id, created_at
 #: resolved; no first attempt is made for it here. A keyless delivery never waits (``CASE`` stops
 #: at the NULL key: neither subquery runs).
 #: Each delivery carries the webhook event's enqueue trace context (ADR 0028; NULL for a replay).
-BORN_DELIVERIES = """
+BORN_DELIVERIES = f"""
 INSERT INTO outbox_webhook_delivery
     (lane, payload, attempts, next_attempt_at, claim_token, claimed_at, event_id, endpoint_id,
      trace_context, ordering_key)
@@ -81,10 +102,12 @@ FROM (
            CASE WHEN v.ordering_key IS NULL THEN false
                 ELSE EXISTS (
                          SELECT FROM unnest(%(event_ids)s::bigint[], %(event_types)s::text[],
-                                            %(ordering_keys)s::text[]) AS o(event_id, event_type, ordering_key)
+                                            %(ordering_keys)s::text[], %(tenants)s::text[])
+                                     AS o(event_id, event_type, ordering_key, tenant)
                          WHERE o.ordering_key = v.ordering_key
                            AND o.event_id < v.event_id
-                           AND (o.event_type = ANY(e.event_types) OR '*' = ANY(e.event_types))
+                           AND o.tenant = e.tenant
+                           AND {subscribed("e.event_types", "o.event_type")}
                      )
                      OR EXISTS (
                          SELECT FROM outbox_webhook_delivery AS d
@@ -94,11 +117,12 @@ FROM (
                      )
            END AS waits
     FROM unnest(%(event_ids)s::bigint[], %(event_types)s::text[], %(trace_contexts)s::text[],
-                %(ordering_keys)s::text[])
-         AS v(event_id, event_type, trace_context, ordering_key)
+                %(ordering_keys)s::text[], %(tenants)s::text[])
+         AS v(event_id, event_type, trace_context, ordering_key, tenant)
     JOIN outbox_webhook_endpoint AS e
-      ON e.enabled
-     AND (v.event_type = ANY(e.event_types) OR '*' = ANY(e.event_types))
+      ON e.tenant = v.tenant
+     AND e.enabled
+     AND {subscribed("e.event_types", "v.event_type")}
      AND (%(endpoint_id)s::bigint IS NULL OR e.id = %(endpoint_id)s::bigint)
 ) AS c
 ORDER BY c.event_id, c.endpoint_id
@@ -110,7 +134,7 @@ RETURNING id, lane, payload::text AS payload, attempts, next_attempt_at AS lease
 #: One event by id, locked (a replay reads its source; completing a replay locks the clone).
 EVENT = """
 SELECT id, msg_id, event_type, data::text AS data, replay_of, replay_scope, replay_completed_at,
-       created_at, ordering_key
+       created_at, ordering_key, tenant
 FROM outbox_webhook_event
 WHERE id = %(id)s
 FOR UPDATE
@@ -118,7 +142,7 @@ FOR UPDATE
 
 #: A replay's clone not completed yet (an interrupted replay), for the same source and scope.
 OPEN_REPLAY = """
-SELECT id, msg_id, event_type, data::text AS data, created_at, ordering_key
+SELECT id, msg_id, event_type, data::text AS data, created_at, ordering_key, tenant
 FROM outbox_webhook_event
 WHERE replay_of = %(replay_of)s
   AND replay_scope = %(scope)s::jsonb
@@ -130,13 +154,14 @@ FOR UPDATE
 
 #: Replay, step 1 (its own transaction): the clone, committed before any delivery exists, so an
 #: interrupted replay is visible (``replay_completed_at`` NULL) and can be completed. The clone
-#: keeps its source's ordering key: a later event of the key (ADR 0018).
+#: keeps its source's ordering key (a later event of the key, ADR 0018) and its tenant.
 CLONE_EVENT = """
-INSERT INTO outbox_webhook_event (msg_id, event_type, data, replay_of, replay_scope, ordering_key)
-SELECT %(msg_id)s, event_type, data, id, %(scope)s::jsonb, ordering_key
+INSERT INTO outbox_webhook_event
+    (msg_id, event_type, data, replay_of, replay_scope, ordering_key, tenant)
+SELECT %(msg_id)s, event_type, data, id, %(scope)s::jsonb, ordering_key, tenant
 FROM outbox_webhook_event
 WHERE id = %(replay_of)s
-RETURNING id, msg_id, event_type, data::text AS data, created_at, ordering_key
+RETURNING id, msg_id, event_type, data::text AS data, created_at, ordering_key, tenant
 """
 
 #: Replay, step 2 (with the clone's born deliveries, one transaction): the replay is done.
@@ -185,11 +210,10 @@ WHERE d.id = ANY(%(ids)s::bigint[])
 
 # --- endpoints ------------------------------------------------------------------------------------
 
-INSERT_ENDPOINT = """
-INSERT INTO outbox_webhook_endpoint (url, event_types, owner_email, scheme)
-VALUES (%(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s)
-RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+INSERT_ENDPOINT = f"""
+INSERT INTO outbox_webhook_endpoint (tenant, url, event_types, owner_email, scheme)
+VALUES (%(tenant)s, %(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s)
+RETURNING {ENDPOINT_COLUMNS}
 """
 
 INSERT_SECRET = """
@@ -214,50 +238,48 @@ WHERE endpoint_id = %(endpoint_id)s
        OR expires_at > coalesce(%(now)s::timestamptz, now()) + %(overlap)s::interval)
 """
 
-ENDPOINT = """
-SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+ENDPOINT = f"""
+SELECT {ENDPOINT_COLUMNS}
 FROM outbox_webhook_endpoint
 WHERE id = %(id)s
 """
 
-LOCK_ENDPOINT = """
-SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+LOCK_ENDPOINT = f"""
+SELECT {ENDPOINT_COLUMNS}
 FROM outbox_webhook_endpoint
 WHERE id = %(id)s
 FOR UPDATE
 """
 
-ENDPOINTS = """
-SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+ENDPOINTS = f"""
+SELECT {ENDPOINT_COLUMNS}
 FROM outbox_webhook_endpoint
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 ORDER BY id
 """
 
-DISABLE_ENDPOINT = """
+DISABLE_ENDPOINT = f"""
 UPDATE outbox_webhook_endpoint
 SET enabled = false, disabled_reason = %(reason)s, disabled_at = coalesce(%(now)s::timestamptz, now()),
     updated_at = now()
 WHERE id = %(id)s AND enabled
-RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+RETURNING {ENDPOINT_COLUMNS}
 """
 
-ENABLE_ENDPOINT = """
+ENABLE_ENDPOINT = f"""
 UPDATE outbox_webhook_endpoint
 SET enabled = true, disabled_reason = NULL, disabled_at = NULL, updated_at = now()
 WHERE id = %(id)s
-RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+RETURNING {ENDPOINT_COLUMNS}
 """
 
-#: The events of an endpoint's types created since it was disabled that have no delivery to it.
-MISSED_EVENTS = """
+#: The events of an endpoint's tenant and types created since it was disabled that have no
+#: delivery to it.
+MISSED_EVENTS = f"""
 SELECT ev.id
 FROM outbox_webhook_event AS ev
-WHERE (ev.event_type = ANY(%(event_types)s::text[]) OR '*' = ANY(%(event_types)s::text[]))
+WHERE ev.tenant = %(tenant)s
+  AND {subscribed("%(event_types)s::text[]", "ev.event_type")}
   AND ev.replay_of IS NULL
   AND (
       -- made while it was disabled: the fan-out left it out
@@ -282,7 +304,7 @@ ORDER BY ev.id
 #: endpoint merely idle since an old failure is left alone). Locked, in the disabling transaction.
 #: Attempts that failed on our side, not the receiver's (``not_theirs``: a signing secret our
 #: keys can't open, ADR 0030), do not count: a key mistake must not disable an endpoint.
-UNHEALTHY_ENDPOINTS = """
+UNHEALTHY_ENDPOINTS = f"""
 WITH health AS (
     SELECT d.endpoint_id,
            max(d.resolved_at) FILTER (WHERE d.status = 'dispatched') AS last_success,
@@ -305,8 +327,7 @@ streak AS (
       AND d.created_at > coalesce(h.last_success, '-infinity'::timestamptz)
     GROUP BY d.endpoint_id
 )
-SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+SELECT {ENDPOINT_COLUMNS}
 FROM outbox_webhook_endpoint
 WHERE enabled
   AND id IN (

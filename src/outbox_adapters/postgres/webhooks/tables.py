@@ -5,13 +5,13 @@ so ``outbox schema apply|sql|verify`` and a host's Alembic autogenerate see them
   (:func:`~outbox_adapters.postgres.webhooks.enqueue_webhook`); a :func:`queue_table`, lane
   :data:`WEBHOOK_LANE`, payload ``{"event_type": str, "data": {...}}``. ``event_type`` is a column
   generated from the payload (the producer's INSERT stays the generic one).
-- ``outbox_webhook_endpoint``: where events go (URL, subscribed event types, enabled, owner,
-  why and when it was disabled, the signature scheme).
+- ``outbox_webhook_endpoint``: where events go (the tenant it belongs to, URL, subscribed event
+  types, enabled, owner, why and when it was disabled, the signature scheme).
 - ``outbox_webhook_secret``: an endpoint's signing secrets (``v1``) or Ed25519 private keys
   (``v1a``); rotation adds a new one and gives the old ones an expiry, and every unexpired one
   signs.
 - ``outbox_webhook_event``: one row per event fanned out (or per replay clone), with its stable
-  ``msg_id`` (the ``webhook-id`` header) and its data.
+  ``msg_id`` (the ``webhook-id`` header), its tenant and its data.
 - ``outbox_webhook_delivery``: one row per (event, endpoint), a :func:`queue_table` on lane
   :data:`DELIVERY_LANE` served by the same ``PostgresStore`` as every queue (claim, fenced mark,
   release, operator port). Built with ``legacy_null_due=True``: the claim still takes a pending
@@ -88,7 +88,13 @@ outbox_webhook_endpoint: Final = Table(
     #: The signature scheme (ADR 0017): ``v1`` HMAC-SHA256 (also NULL, as rows written before the
     #: column have it) or ``v1a`` Ed25519. Every secret of the endpoint is a key of this scheme.
     Column("scheme", Text, nullable=True, info={ADDED_LATER: True}),
+    #: The tenant (the host's customer) the endpoint belongs to: it receives only that tenant's
+    #: events. Never NULL (the ``tenant`` check); the column is nullable only so that ``schema
+    #: apply`` can add it to a table of an earlier release, whose rows it then gives one named
+    #: tenant (:mod:`outbox_adapters.postgres.upgrades`).
+    Column("tenant", Text, nullable=True, info={ADDED_LATER: True}),
     CheckConstraint("cardinality(event_types) >= 1", name="event_types"),
+    CheckConstraint("tenant IS NOT NULL", name="tenant"),
     CheckConstraint("enabled OR disabled_at IS NOT NULL", name="disabled_at"),
 )
 
@@ -138,7 +144,12 @@ outbox_webhook_event: Final = Table(
     #: The producer's ordering key (``enqueue_webhook(..., ordering_key=)``), copied onto each
     #: delivery; a replay's clone keeps its source's. NULL: the event is ordered against nothing.
     Column("ordering_key", Text, nullable=True, info={ADDED_LATER: True}),
+    #: The tenant of the event (from ``enqueue_webhook(..., tenant=)``; a replay's clone keeps its
+    #: source's): its deliveries go to that tenant's endpoints only. Never NULL, as on the
+    #: endpoints.
+    Column("tenant", Text, nullable=True, info={ADDED_LATER: True}),
     CheckConstraint("(replay_of IS NULL) = (replay_scope IS NULL)", name="replay_scope"),
+    CheckConstraint("tenant IS NOT NULL", name="tenant"),
 )
 
 outbox_webhook_delivery: Final = queue_table(
@@ -168,6 +179,14 @@ outbox_webhook_delivery.append_constraint(
         name="delivery_refs",
     )
 )
+#: The fan-out's lookup: a tenant's endpoints (and the host API's listing, by id).
+Index(
+    "ix_outbox_webhook_endpoint_tenant",
+    outbox_webhook_endpoint.c.tenant,
+    outbox_webhook_endpoint.c.id,
+)
+#: A tenant's events, newest first (the host API's and the portal's listings).
+Index("ix_outbox_webhook_event_tenant", outbox_webhook_event.c.tenant, outbox_webhook_event.c.id)
 #: One delivery per event and endpoint: a re-run replay or fan-out can't make a second.
 Index(
     "uq_outbox_webhook_delivery_event_endpoint",
