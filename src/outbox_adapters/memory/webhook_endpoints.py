@@ -38,6 +38,7 @@ from outbox_adapters.webhook_model import (
     Notice,
     check_endpoint_url,
     check_event_types,
+    check_max_per_second,
     check_overlap,
     check_owner,
     check_reason,
@@ -193,10 +194,12 @@ class MemoryEndpointOps:
         *,
         owner_email: str | None = None,
         secret: str,
+        max_per_second: int | None = None,
     ) -> Endpoint:
         """Register an endpoint with its first signing secret (the caller's): ``whsec_...`` signs
-        ``v1``, ``whsk_...`` ``v1a`` (Ed25519, needs the ``crypto`` extra)."""
+        ``v1``, ``whsk_...`` ``v1a`` (Ed25519); ``max_per_second``: its rate cap (ADR 0018)."""
         key = parse_signing_secret(secret)
+        cap = check_max_per_second(max_per_second)
         url = check_endpoint_url(url)
         types = check_event_types(event_types)
         owner = check_owner(owner_email)
@@ -205,7 +208,7 @@ class MemoryEndpointOps:
             endpoint = Endpoint(
                 id=self._new_id("endpoint"), url=url, event_types=types, enabled=True,
                 owner_email=owner, disabled_reason=None, disabled_at=None,
-                created_at=now, updated_at=now, scheme=scheme_of(key),
+                created_at=now, updated_at=now, scheme=scheme_of(key), max_per_second=cap,
             )  # fmt: skip
             self._endpoints[endpoint.id] = endpoint
             self._secrets[endpoint.id] = [_Secret(self._new_id("secret"), endpoint.id, key, now)]

@@ -18,6 +18,7 @@ __all__ = [
     "ENABLE_ENDPOINT",
     "ENDPOINT",
     "ENDPOINTS",
+    "ENDPOINT_HEALTH",
     "EVENT",
     "EXPIRE_SECRETS",
     "FAILED_TO_REPLAY",
@@ -171,6 +172,7 @@ ORDER BY d.resolved_at, d.id
 DELIVERY_TARGET = """
 SELECT d.id, d.event_id, d.endpoint_id, e.url, e.enabled, ev.msg_id, ev.event_type,
        ev.data::text AS data, ev.created_at, coalesce(e.scheme, 'v1') AS scheme,
+       e.max_per_second,
        ARRAY(
            SELECT s.secret FROM outbox_webhook_secret AS s
            WHERE s.endpoint_id = e.id
@@ -186,10 +188,10 @@ WHERE d.id = ANY(%(ids)s::bigint[])
 # --- endpoints ------------------------------------------------------------------------------------
 
 INSERT_ENDPOINT = """
-INSERT INTO outbox_webhook_endpoint (url, event_types, owner_email, scheme)
-VALUES (%(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s)
+INSERT INTO outbox_webhook_endpoint (url, event_types, owner_email, scheme, max_per_second)
+VALUES (%(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s, %(max_per_second)s)
 RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second
 """
 
 INSERT_SECRET = """
@@ -216,14 +218,14 @@ WHERE endpoint_id = %(endpoint_id)s
 
 ENDPOINT = """
 SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second
 FROM outbox_webhook_endpoint
 WHERE id = %(id)s
 """
 
 LOCK_ENDPOINT = """
 SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second
 FROM outbox_webhook_endpoint
 WHERE id = %(id)s
 FOR UPDATE
@@ -231,7 +233,7 @@ FOR UPDATE
 
 ENDPOINTS = """
 SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second
 FROM outbox_webhook_endpoint
 ORDER BY id
 """
@@ -242,7 +244,7 @@ SET enabled = false, disabled_reason = %(reason)s, disabled_at = coalesce(%(now)
     updated_at = now()
 WHERE id = %(id)s AND enabled
 RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second
 """
 
 ENABLE_ENDPOINT = """
@@ -250,7 +252,7 @@ UPDATE outbox_webhook_endpoint
 SET enabled = true, disabled_reason = NULL, disabled_at = NULL, updated_at = now()
 WHERE id = %(id)s
 RETURNING id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second
 """
 
 #: The events of an endpoint's types created since it was disabled that have no delivery to it.
@@ -306,7 +308,7 @@ streak AS (
     GROUP BY d.endpoint_id
 )
 SELECT id, url, event_types, enabled, owner_email, disabled_reason, disabled_at,
-       created_at, updated_at, coalesce(scheme, 'v1') AS scheme
+       created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second
 FROM outbox_webhook_endpoint
 WHERE enabled
   AND id IN (
@@ -319,6 +321,28 @@ WHERE enabled
   )
 ORDER BY id
 FOR UPDATE
+"""
+
+#: One endpoint's health (``endpoint_health``): its state, when its last delivery succeeded and
+#: when its last one failed (by resolution time), and its failed deliveries resolved after the
+#: last success: the current failure streak. No row: no such endpoint.
+ENDPOINT_HEALTH = """
+SELECT e.id AS endpoint_id, e.enabled, e.disabled_reason, e.disabled_at,
+       h.last_success_at, h.last_failure_at,
+       (SELECT count(*) FROM outbox_webhook_delivery AS d
+        WHERE d.endpoint_id = e.id
+          AND d.lane = %(lane)s
+          AND d.status = 'failed'
+          AND d.resolved_at > coalesce(h.last_success_at, '-infinity'::timestamptz)
+       ) AS failure_streak
+FROM outbox_webhook_endpoint AS e
+CROSS JOIN LATERAL (
+    SELECT max(d.resolved_at) FILTER (WHERE d.status = 'dispatched') AS last_success_at,
+           max(d.resolved_at) FILTER (WHERE d.status = 'failed') AS last_failure_at
+    FROM outbox_webhook_delivery AS d
+    WHERE d.endpoint_id = e.id AND d.lane = %(lane)s
+) AS h
+WHERE e.id = %(id)s
 """
 
 # --- the operator's report ------------------------------------------------------------------------
