@@ -7,6 +7,7 @@ recorded instants, not timed.
 
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import UTC, datetime, timedelta
 
@@ -42,7 +43,7 @@ async def test_a_capped_endpoint_starts_at_most_its_cap_in_any_second() -> None:
     pacers = EndpointPacers(clock)
     starts = await starts_of(pacers, CAPPED, 4, 12)
     assert most_in_one_second(starts) == 4
-    assert [round(b - a, 6) for a, b in zip(starts, starts[1:], strict=False)] == [0.25] * 11
+    assert [round(b - a, 6) for a, b in itertools.pairwise(starts)] == [0.25] * 11
 
 
 async def test_an_uncapped_endpoint_never_waits_and_holds_no_bucket() -> None:

@@ -41,10 +41,10 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from outbox_adapters.memory.endpoint_health import MemoryHealthReads
 from outbox_adapters.memory.rows import Row
 from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
-from outbox_adapters.memory.endpoint_health import MemoryHealthReads
 from outbox_adapters.memory.webhook_endpoints import WebhookEvent
 from outbox_adapters.store_rules import payload_json
 from outbox_adapters.webhook_keys import public_key_of, signer_of
