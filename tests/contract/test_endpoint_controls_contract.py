@@ -40,7 +40,9 @@ async def test_an_endpoints_rate_cap_round_trips_to_the_endpoint_and_its_deliver
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "5", True])
 async def test_a_rate_cap_that_is_not_a_whole_number_of_at_least_one_is_refused(wh, bad):
-    with pytest.raises(InvalidMessage, match=r"max_per_second is None \(no cap\) or a whole number"):
+    with pytest.raises(
+        InvalidMessage, match=r"max_per_second is None \(no cap\) or a whole number"
+    ):
         await wh.endpoint("invoice.paid", max_per_second=bad)
     assert await wh.repo.list_endpoints() == []
 
