@@ -14,7 +14,8 @@ free of psycopg and SQLAlchemy).
 - :func:`event_body` is the one encoding of the bytes every delivery of an event POSTs (canonical
   JSON: sorted keys, no spaces), so a retry signs and sends the same body.
 - :func:`check_endpoint_url`, :func:`check_owner`, :func:`check_overlap`, :func:`check_window` and
-  :func:`check_reason` are the endpoint side's input rules; :func:`health_reason` and :func:`notice_key` are what the health
+  :func:`check_reason` are the endpoint side's input rules (:func:`check_max_per_second`: an
+  endpoint's rate cap, ADR 0018); :func:`health_reason` and :func:`notice_key` are what the health
   sweep writes.
 - :func:`new_msg_id` makes the event's stable ``webhook-id``: ``msg_`` + 32 hex digits drawn with
   :mod:`secrets` here, in the adapter (the core never draws randomness).
@@ -59,6 +60,7 @@ __all__ = [
     "DeliveryReport",
     "DeliveryTarget",
     "Endpoint",
+    "EndpointHealth",
     "FanOut",
     "Missed",
     "Notice",
@@ -67,6 +69,7 @@ __all__ = [
     "check_endpoint_url",
     "check_event_type",
     "check_event_types",
+    "check_max_per_second",
     "check_ordering_key",
     "check_overlap",
     "check_owner",
@@ -222,6 +225,17 @@ def check_owner(owner_email: str | None) -> str | None:
     return owner_email
 
 
+def check_max_per_second(value: object) -> int | None:
+    """An endpoint's rate cap: ``None`` (no cap) or a whole number of deliveries a second, at
+    least 1; else :class:`InvalidMessage` naming the rule."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise InvalidMessage(
+        f"an endpoint's max_per_second is None (no cap) or a whole number of at least 1, got"
+        f" {value!r:.80}"
+    )
+
+
 def check_reason(reason: object) -> str:
     """Why an operator disables an endpoint: some text."""
     if not isinstance(reason, str) or not reason.strip():
@@ -299,6 +313,9 @@ class Endpoint:
     updated_at: datetime
     #: The signature scheme (ADR 0017): ``v1`` (HMAC-SHA256, ``whsec_``) or ``v1a`` (Ed25519).
     scheme: str = "v1"
+    #: Deliveries a second this endpoint takes at most, across the process (ADR 0018); ``None``:
+    #: no cap.
+    max_per_second: int | None = None
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Endpoint:
@@ -333,6 +350,25 @@ class DeliveryTarget:
     event_type: str
     #: The exact JSON bytes to POST (:func:`event_body`).
     body: bytes
+    #: The endpoint's rate cap (deliveries a second, ADR 0018); ``None``: no cap.
+    max_per_second: int | None = None
+
+
+@attrs.frozen
+class EndpointHealth:
+    """How an endpoint is doing (``endpoint_health``), from its resolved deliveries."""
+
+    endpoint_id: int
+    enabled: bool
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    #: When its last delivery succeeded (resolved ``dispatched``); ``None``: never.
+    last_success_at: datetime | None
+    #: When its last delivery failed (resolved ``failed``); ``None``: never.
+    last_failure_at: datetime | None
+    #: Its failed deliveries resolved after the last success (all of them if none succeeded),
+    #: by resolution time: the current failure streak (0 when the last one succeeded).
+    failure_streak: int
 
 
 @attrs.frozen

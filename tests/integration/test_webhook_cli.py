@@ -248,3 +248,51 @@ def test_worker_lane_webhooks_refuses_http_in_production_naming_the_option(dsn):
     assert ran.exit_code == 2
     assert "--allow-http" in ran.output
     assert "https:// URLs only in production" in ran.output
+
+
+def test_endpoints_add_takes_a_rate_cap_and_list_and_show_print_it(dsn):
+    made = add(dsn, "--max-per-second", "5")
+    endpoint = made["endpoint"]["id"]
+    assert made["endpoint"]["max_per_second"] == 5
+    assert query(
+        dsn, "SELECT max_per_second FROM outbox_webhook_endpoint WHERE id = %s", endpoint
+    ) == [(5,)]
+    assert "  v1  5/s" in outbox("endpoints", "list", "--database-url", dsn).stdout
+    shown = outbox("endpoints", "show", str(endpoint), "--database-url", dsn)
+    assert shown.exit_code == 0, shown.output
+    assert "rate cap:       5/s" in shown.stdout
+    assert "failure streak: 0" in shown.stdout
+    assert "last success:   never" in shown.stdout
+    refused = outbox(
+        "endpoints", "add", "--tenant", "acme", "--database-url", dsn, "--url", "http://127.0.0.1:9/x",
+        "--event-type", "a.b", *LOCAL, "--max-per-second", "0",
+    )  # fmt: skip
+    assert refused.exit_code == 2
+    assert "max_per_second is None (no cap) or a whole number of at least 1" in one_line_error(
+        refused
+    )
+    assert query(dsn, "SELECT count(*) FROM outbox_webhook_endpoint") == [(1,)]
+
+
+def test_endpoints_show_prints_the_endpoints_health(dsn):
+    endpoint = add(dsn)["endpoint"]["id"]
+
+    async def fail_twice(wh: Webhooks) -> None:
+        for _ in range(2):
+            for delivery in (await wh.drained()).deliveries:
+                await wh.deliveries.mark_if_pending(Mark.failed(delivery, "HTTP 500"))
+
+    steps(dsn, fail_twice)
+    outbox("endpoints", "disable", str(endpoint), "--database-url", dsn, "--reason", "moved")
+    shown = json.loads(
+        outbox("endpoints", "show", str(endpoint), "--database-url", dsn, "--json").stdout
+    )
+    assert shown["health"]["failure_streak"] == 2
+    assert shown["health"]["last_success_at"] is None
+    assert shown["health"]["last_failure_at"] is not None
+    assert shown["endpoint"]["disabled_reason"] == "moved"
+    text = outbox("endpoints", "show", str(endpoint), "--database-url", dsn).stdout
+    assert "state:          disabled" in text
+    assert "(moved)" in text
+    assert "failure streak: 2" in text
+    assert outbox("endpoints", "show", "999", "--database-url", dsn).exit_code == 1

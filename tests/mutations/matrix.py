@@ -22,6 +22,7 @@ from outbox_adapters.http import sender as _http_sender
 from outbox_adapters.lanes import consumer as _consumer
 from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.lanes import email_channel as _email_channel
+from outbox_adapters.lanes import endpoint_pacing as _endpoint_pacing
 from outbox_adapters.lanes import fresh_targets as _fresh_targets
 from outbox_adapters.lanes import in_flight as _in_flight
 from outbox_adapters.lanes import relay as _relay
@@ -950,6 +951,40 @@ MUTANTS += (
         "TokenBucket.admit ignores latest: the send waits past its row's deadline",
         f"{SEND_CAPS}::test_a_send_whose_slot_comes_after_its_deadline_is_not_started",
         (TokenBucket, "admit", _admits_past_latest),
+    ),
+)
+
+# --- each webhook endpoint's rate cap (ADR 0018) ---------------------------------------------------
+
+RATE_CAP = "tests/integration/test_webhook_rate_cap.py"
+_CAP_TEST = f"{RATE_CAP}::test_a_capped_endpoint_gets_at_most_its_cap_a_second_and_an_uncapped_one_is_not_slowed"
+
+
+async def _ignores_the_cap(self: Any, endpoint_id: int, cap: int | None, deadline: float) -> None:
+    """The mutant of EndpointPacers.admit: every delivery starts at once, whatever its cap."""
+    del self, endpoint_id, cap, deadline
+
+
+def _deferral_spends_the_attempt(reason: str, *, retry_after: Any = None) -> Outcome:
+    """The mutant of Outcome.deferred: a deferral is a transient failure (it spends an attempt,
+    rides the schedule, and can end ``failed``)."""
+    return Outcome.transient(reason, retry_after=retry_after)
+
+
+MUTANTS += (
+    Mutant(
+        "endpoint-cap-ignored",
+        "an endpoint's rate cap (deliveries to it start at most max_per_second a second)",
+        "EndpointPacers.admit ignores the endpoint's cap: every delivery starts at once",
+        _CAP_TEST,
+        (_endpoint_pacing.EndpointPacers, "admit", _ignores_the_cap),
+    ),
+    Mutant(
+        "endpoint-cap-deferral-spends-attempt",
+        "an endpoint's rate cap (a delivery it holds back is not attempted: attempt refunded)",
+        "Outcome.deferred reports a transient failure: the held-back delivery spends an attempt",
+        _CAP_TEST,
+        (Outcome, "deferred", staticmethod(_deferral_spends_the_attempt)),
     ),
 )
 

@@ -38,6 +38,7 @@ from outbox_adapters.webhook_model import (
     Notice,
     check_endpoint_url,
     check_event_types,
+    check_max_per_second,
     check_overlap,
     check_owner,
     check_reason,
@@ -189,7 +190,7 @@ class MemoryEndpointOps:
 
     # --- endpoints and secrets -------------------------------------------------------------------
 
-    async def add_endpoint(
+    async def add_endpoint(  # noqa: PLR0913 - keyword-only settings of one endpoint
         self,
         url: str,
         event_types: tuple[str, ...] | list[str],
@@ -197,12 +198,14 @@ class MemoryEndpointOps:
         tenant: str,
         owner_email: str | None = None,
         secret: str,
+        max_per_second: int | None = None,
     ) -> Endpoint:
         """Register an endpoint of ``tenant`` (it receives that tenant's events only) with its
         first signing secret (the caller's): ``whsec_...`` signs ``v1``, ``whsk_...`` ``v1a``
-        (Ed25519, needs the ``crypto`` extra)."""
+        (Ed25519); ``max_per_second``: its rate cap (ADR 0018)."""
         tenant = check_tenant(tenant)
         key = parse_signing_secret(secret)
+        cap = check_max_per_second(max_per_second)
         url = check_endpoint_url(url)
         types = check_event_types(event_types)
         owner = check_owner(owner_email)
@@ -212,7 +215,7 @@ class MemoryEndpointOps:
                 id=self._new_id("endpoint"), tenant=tenant, url=url, event_types=types,
                 enabled=True,
                 owner_email=owner, disabled_reason=None, disabled_at=None,
-                created_at=now, updated_at=now, scheme=scheme_of(key),
+                created_at=now, updated_at=now, scheme=scheme_of(key), max_per_second=cap,
             )  # fmt: skip
             self._endpoints[endpoint.id] = endpoint
             self._secrets[endpoint.id] = [_Secret(self._new_id("secret"), endpoint.id, key, now)]

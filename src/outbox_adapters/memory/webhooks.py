@@ -41,10 +41,11 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from outbox_adapters.memory.endpoint_health import MemoryHealthReads
 from outbox_adapters.memory.rows import Row
 from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
-from outbox_adapters.memory.webhook_endpoints import MemoryEndpointOps, WebhookEvent
+from outbox_adapters.memory.webhook_endpoints import WebhookEvent
 from outbox_adapters.store_rules import payload_json
 from outbox_adapters.webhook_keys import public_key_of, signer_of
 from outbox_adapters.webhook_model import (
@@ -73,7 +74,7 @@ from outbox_core.signing_keys import PublicKey, SigningKey
 __all__ = ["MemoryWebhookRepository", "WebhookEvent"]
 
 
-class MemoryWebhookRepository(MemoryEndpointOps):
+class MemoryWebhookRepository(MemoryHealthReads):
     """The webhook model over the caller's stores: ``outbox_store`` (the webhook outbox),
     ``delivery_store`` (the deliveries; it then takes 410 marks) and, for the owners' notices,
     ``email_store`` (PostgreSQL: ``outbox_message``). One store may serve several.
@@ -259,6 +260,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             msg_id=event.msg_id,
             event_type=event.event_type,
             body=event_body(event.event_type, event.created_at, json.loads(event.data)),
+            max_per_second=endpoint.max_per_second,
         )
 
     async def delivery_targets(

@@ -20,6 +20,7 @@ __all__ = [
     "ENABLE_ENDPOINT",
     "ENDPOINT",
     "ENDPOINTS",
+    "ENDPOINT_HEALTH",
     "EVENT",
     "EXPIRE_SECRETS",
     "FAILED_TO_REPLAY",
@@ -35,7 +36,7 @@ __all__ = [
 
 #: What every endpoint read returns (``Endpoint.from_record``'s fields).
 ENDPOINT_COLUMNS: Final = """id, tenant, url, event_types, enabled, owner_email, disabled_reason,
-       disabled_at, created_at, updated_at, coalesce(scheme, 'v1') AS scheme"""
+       disabled_at, created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second"""
 
 
 def subscribed(event_types: str, event_type: str) -> str:
@@ -196,6 +197,7 @@ ORDER BY d.resolved_at, d.id
 DELIVERY_TARGET = """
 SELECT d.id, d.event_id, d.endpoint_id, e.url, e.enabled, ev.msg_id, ev.event_type,
        ev.data::text AS data, ev.created_at, coalesce(e.scheme, 'v1') AS scheme,
+       e.max_per_second,
        ARRAY(
            SELECT s.secret FROM outbox_webhook_secret AS s
            WHERE s.endpoint_id = e.id
@@ -211,8 +213,9 @@ WHERE d.id = ANY(%(ids)s::bigint[])
 # --- endpoints ------------------------------------------------------------------------------------
 
 INSERT_ENDPOINT = f"""
-INSERT INTO outbox_webhook_endpoint (tenant, url, event_types, owner_email, scheme)
-VALUES (%(tenant)s, %(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s)
+INSERT INTO outbox_webhook_endpoint (tenant, url, event_types, owner_email, scheme, max_per_second)
+VALUES (%(tenant)s, %(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s,
+        %(max_per_second)s)
 RETURNING {ENDPOINT_COLUMNS}
 """
 
@@ -340,6 +343,28 @@ WHERE enabled
   )
 ORDER BY id
 FOR UPDATE
+"""
+
+#: One endpoint's health (``endpoint_health``): its state, when its last delivery succeeded and
+#: when its last one failed (by resolution time), and its failed deliveries resolved after the
+#: last success: the current failure streak. No row: no such endpoint.
+ENDPOINT_HEALTH = """
+SELECT e.id AS endpoint_id, e.enabled, e.disabled_reason, e.disabled_at,
+       h.last_success_at, h.last_failure_at,
+       (SELECT count(*) FROM outbox_webhook_delivery AS d
+        WHERE d.endpoint_id = e.id
+          AND d.lane = %(lane)s
+          AND d.status = 'failed'
+          AND d.resolved_at > coalesce(h.last_success_at, '-infinity'::timestamptz)
+       ) AS failure_streak
+FROM outbox_webhook_endpoint AS e
+CROSS JOIN LATERAL (
+    SELECT max(d.resolved_at) FILTER (WHERE d.status = 'dispatched') AS last_success_at,
+           max(d.resolved_at) FILTER (WHERE d.status = 'failed') AS last_failure_at
+    FROM outbox_webhook_delivery AS d
+    WHERE d.endpoint_id = e.id AND d.lane = %(lane)s
+) AS h
+WHERE e.id = %(id)s
 """
 
 # --- the operator's report ------------------------------------------------------------------------
