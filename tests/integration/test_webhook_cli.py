@@ -207,6 +207,32 @@ def test_deliveries_are_grouped_by_error_and_replay_makes_due_deliveries(dsn):
     assert both.exit_code == 2
 
 
+def test_deliveries_and_replay_take_a_tenant_and_keep_to_it(dsn):
+    acme = add(dsn)["endpoint"]["id"]
+    globex = add(dsn, "--tenant", "globex")["endpoint"]
+    assert globex["tenant"] == "globex"  # the last --tenant given wins
+    acme_fan = steps(dsn, lambda wh: wh.drained())
+    globex_fan = steps(dsn, lambda wh: wh.drained(tenant="globex"))
+    assert [d.payload["endpoint_id"] for d in acme_fan.deliveries] == [acme]
+    listed = outbox("endpoints", "list", "--database-url", dsn, "--tenant", "globex", "--json")
+    assert [e["id"] for e in json.loads(listed.stdout)["endpoints"]] == [globex["id"]]
+
+    mine = outbox("deliveries", "--database-url", dsn, "--tenant", "globex", "--json")
+    (group,) = json.loads(mine.stdout)["groups"]
+    assert group["endpoint_ids"] == [globex["id"]]
+
+    refused = outbox("replay", str(acme_fan.event_id), "--database-url", dsn, "--tenant", "globex")
+    assert refused.exit_code == 1
+    assert one_line_error(refused) == f"Error: there is no webhook event {acme_fan.event_id}"
+    own = outbox(
+        "replay", str(globex_fan.event_id), "--database-url", dsn, "--tenant", "globex", "--json"
+    )
+    assert own.exit_code == 0, own.output
+    (replay,) = json.loads(own.stdout)["replays"]
+    assert replay["replay_of"] == globex_fan.event_id
+    assert len(replay["deliveries"]) == 1
+
+
 def test_worker_lane_webhooks_drains_the_outbox_delivers_signed_and_exits(dsn):
     """`outbox endpoints add` → `outbox enqueue webhook` → `outbox worker --lane webhooks --drain`
     → `outbox deliveries --json`: the whole path from the command line, to a real receiver."""

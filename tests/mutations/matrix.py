@@ -41,6 +41,7 @@ from outbox_adapters.postgres.webhooks import event_of as _event_of
 from outbox_adapters.postgres.webhooks import repository as _webhook_repository
 from outbox_adapters.postgres.webhooks import secrets as _webhook_secrets
 from outbox_adapters.postgres.webhooks import statements as _webhook_statements
+from outbox_adapters.postgres.webhooks import tenant_statements as _tenant_statements
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import marking as worker
 from outbox_adapters.runtime.deadline import Deadlines
@@ -1063,6 +1064,18 @@ MUTANTS += (
         "drop the wildcard branch: invoice.* matches only the literal text 'invoice.*'",
         f"{WEBHOOK_TENANCY}::test_a_wildcard_subscription_takes_the_types_under_its_prefix[postgres-invoice.paid-True]",
         _webhook_replace("BORN_DELIVERIES", "OR (right(sub.t, 2) = '.*'", "OR (false"),
+    ),
+    Mutant(
+        "webhook-api-endpoint-not-tenant-scoped",
+        "the host API locks an endpoint only if it is the tenant's (LOCK_TENANT_ENDPOINT)",
+        "drop the tenant from the lookup: one tenant's object changes another tenant's endpoint",
+        "tests/integration/test_webhook_tenant_api.py::test_another_tenants_ids_are_refused_as_missing_and_its_rows_stay_as_they_were",
+        _replace_in(
+            _tenant_statements,
+            "LOCK_TENANT_ENDPOINT",
+            "WHERE id = %(id)s AND tenant = %(tenant)s",
+            "WHERE id = %(id)s AND %(tenant)s::text IS NOT NULL",
+        ),
     ),
 )
 

@@ -347,7 +347,7 @@ class MemoryWebhookRepository(MemoryHealthReads):
             self._events[clone_id] = attrs.evolve(clone, replay_completed_at=now)
         return made
 
-    async def replay_failed(
+    async def replay_failed(  # noqa: PLR0913 - keyword-only filters of one replay
         self,
         *,
         since: datetime,
@@ -355,9 +355,10 @@ class MemoryWebhookRepository(MemoryHealthReads):
         endpoint_id: int | None = None,
         birth_lease: timedelta,
         birth_token: ClaimToken | None,
+        tenant: str | None = None,
     ) -> list[Replay]:
         """Replay every delivery that failed in ``[since, before)`` (to ``endpoint_id`` only, when
-        given), one replay per (event, endpoint); deliveries to a disabled endpoint are left
+        given; to ``tenant``'s endpoints only, when given), one replay per (event, endpoint); deliveries to a disabled endpoint are left
         alone; a failure a completed replay already covered is not replayed again."""
         await asyncio.sleep(0)
         with self._locked("replay_failed"):
@@ -374,6 +375,7 @@ class MemoryWebhookRepository(MemoryHealthReads):
                     and since <= row.resolved_at
                     and (before is None or row.resolved_at < before)
                     and self._endpoints[to].enabled
+                    and tenant in (None, self._endpoints[to].tenant)
                 ),
             )
             pairs = [pair for at, _id, pair in failed if not self._replayed(pair, at)]

@@ -409,7 +409,7 @@ WHERE e.id = d.endpoint_id
   AND e.enabled
 RETURNING e.id, e.tenant, e.url, e.event_types, e.enabled, e.owner_email, e.disabled_reason,
           e.disabled_at, e.created_at, e.updated_at, coalesce(e.scheme, 'v1') AS scheme,
-          e.max_per_second
+          e.max_per_second, e.description
 """
 
 #: Give back a claimed row that was never started (graceful shutdown): due now, the claim's

@@ -34,6 +34,7 @@ from outbox_adapters.webhook_model import (
     EndpointHealth,
     Missed,
     WebhookRefused,
+    check_description,
     check_endpoint_url,
     check_event_types,
     check_max_per_second,
@@ -90,6 +91,7 @@ class EndpointOps:
         owner_email: str | None = None,
         secret: str,
         max_per_second: int | None = None,
+        description: str | None = None,
     ) -> Endpoint:
         """Register an endpoint of ``tenant`` (it receives that tenant's events only), subscribed
         to ``event_types`` (exact types, ``*`` or wildcards such as ``invoice.*``), with its first
@@ -106,6 +108,7 @@ class EndpointOps:
             "owner_email": check_owner(owner_email),
             "scheme": scheme_of(parsed),
             "max_per_second": check_max_per_second(max_per_second),
+            "description": check_description(description),
         }
         async with self._pool.connection() as conn, conn.transaction():
             record = await _one(conn, statements.INSERT_ENDPOINT, params)
@@ -295,15 +298,18 @@ class EndpointOps:
         status: Status | str | None = None,
         endpoint_id: int | None = None,
         limit: int = 100,
+        tenant: str | None = None,
     ) -> DeliveryReport:
         """Deliveries grouped by status and error (largest group first, at most ``limit``), with
-        the last status code and response snippet of each group's most recent delivery."""
+        the last status code and response snippet of each group's most recent delivery; only the
+        deliveries to ``tenant``'s endpoints when given."""
         wanted = None if status is None else Status(status).value
         params = {
             "lane": DELIVERY_LANE,
             "status": wanted,
             "endpoint_id": endpoint_id,
             "limit": limit,
+            "tenant": None if tenant is None else check_tenant(tenant),
         }
         async with self._pool.connection() as conn:
             groups = await _all(conn, statements.DELIVERY_GROUPS, params)

@@ -36,7 +36,8 @@ __all__ = [
 
 #: What every endpoint read returns (``Endpoint.from_record``'s fields).
 ENDPOINT_COLUMNS: Final = """id, tenant, url, event_types, enabled, owner_email, disabled_reason,
-       disabled_at, created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second"""
+       disabled_at, created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second,
+       description"""
 
 
 def subscribed(event_types: str, event_type: str) -> str:
@@ -182,6 +183,7 @@ WHERE d.lane = %(lane)s
   AND d.resolved_at >= %(since)s::timestamptz
   AND (%(before)s::timestamptz IS NULL OR d.resolved_at < %(before)s::timestamptz)
   AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+  AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s::text)
   AND e.enabled
   AND NOT EXISTS (
       SELECT FROM outbox_webhook_event AS c
@@ -213,9 +215,10 @@ WHERE d.id = ANY(%(ids)s::bigint[])
 # --- endpoints ------------------------------------------------------------------------------------
 
 INSERT_ENDPOINT = f"""
-INSERT INTO outbox_webhook_endpoint (tenant, url, event_types, owner_email, scheme, max_per_second)
+INSERT INTO outbox_webhook_endpoint
+    (tenant, url, event_types, owner_email, scheme, max_per_second, description)
 VALUES (%(tenant)s, %(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s,
-        %(max_per_second)s)
+        %(max_per_second)s, %(description)s)
 RETURNING {ENDPOINT_COLUMNS}
 """
 
@@ -383,6 +386,8 @@ FROM outbox_webhook_delivery AS d
 WHERE d.lane = %(lane)s
   AND (%(status)s::text IS NULL OR d.status = %(status)s::text)
   AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+  AND (%(tenant)s::text IS NULL
+       OR d.endpoint_id IN (SELECT id FROM outbox_webhook_endpoint WHERE tenant = %(tenant)s::text))
 GROUP BY d.status, d.last_error
 ORDER BY count(*) DESC, d.status, d.last_error NULLS FIRST
 LIMIT %(limit)s
@@ -395,5 +400,7 @@ FROM outbox_webhook_delivery AS d
 WHERE d.lane = %(lane)s
   AND (%(status)s::text IS NULL OR d.status = %(status)s::text)
   AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+  AND (%(tenant)s::text IS NULL
+       OR d.endpoint_id IN (SELECT id FROM outbox_webhook_endpoint WHERE tenant = %(tenant)s::text))
 GROUP BY d.status
 """

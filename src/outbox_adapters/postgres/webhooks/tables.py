@@ -103,6 +103,10 @@ outbox_webhook_endpoint: Final = Table(
 outbox_webhook_endpoint.append_column(
     Column("max_per_second", Integer, nullable=True, info={ADDED_LATER: True})
 )
+#: What the host or its customer calls the endpoint (NULL: nothing), shown by the portal.
+outbox_webhook_endpoint.append_column(
+    Column("description", Text, nullable=True, info={ADDED_LATER: True})
+)
 
 outbox_webhook_secret: Final = Table(
     "outbox_webhook_secret",
