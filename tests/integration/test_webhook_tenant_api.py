@@ -235,6 +235,7 @@ async def test_another_tenants_ids_are_refused_as_missing_and_its_rows_stay_as_t
         lambda c: mine.reveal_secret(c, n),
         lambda c: mine.delete_endpoint(c, n),
         lambda c: mine.deliveries(c, n),
+        lambda c: mine.health(c, n),
         lambda c: mine.send_test_event(c, n),
     ]
     for attempt in attempts:
@@ -260,6 +261,9 @@ async def test_a_test_event_and_a_replay_reach_the_receiver_signed_with_the_reve
             assert (delivered.status, delivered.attempts, delivered.last_status) == (
                 Status.DISPATCHED, 1, 200,
             )  # fmt: skip
+            health = await in_tx(wh, lambda c: hooks.health(c, made.endpoint.id))
+            assert (health.enabled, health.failure_streak) == (True, 0)
+            assert health.last_success_at is not None
             replayed = await in_tx(
                 wh, lambda c: hooks.replay(c, test.event_id, endpoint_id=made.endpoint.id)
             )

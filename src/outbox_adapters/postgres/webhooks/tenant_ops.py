@@ -34,6 +34,7 @@ from outbox_adapters.webhook_keys import (
 from outbox_adapters.webhook_model import (
     DELIVERY_LANE,
     Endpoint,
+    EndpointHealth,
     Missed,
     Replay,
     WebhookRefused,
@@ -68,6 +69,7 @@ __all__ = [
     "disable_endpoint",
     "enable_endpoint",
     "get_endpoint",
+    "health",
     "list_endpoints",
     "replay",
     "reveal_secret",
@@ -216,6 +218,13 @@ def reveal_secret(
         rows[0]["secret"], endpoint_id=endpoint.id, encryptor=encryptor, scheme=endpoint.scheme
     )
     return verify_with(key.to_text())
+
+
+def health(tenant: str, endpoint_id: object) -> Operation[EndpointHealth]:
+    """The repository's ``endpoint_health``, for this tenant's endpoint only."""
+    endpoint = yield from _endpoint(tenant, endpoint_id, lock=False)
+    rows = yield statements.ENDPOINT_HEALTH, {"id": endpoint.id, "lane": DELIVERY_LANE}
+    return EndpointHealth(**rows[0])
 
 
 def delete_endpoint(tenant: str, endpoint_id: object) -> Operation[None]:

@@ -40,7 +40,13 @@ from outbox_adapters.postgres.webhooks.tenant_values import (
     TestEvent,
     Unchanged,
 )
-from outbox_adapters.webhook_model import DEFAULT_SECRET_OVERLAP, Endpoint, Missed, Replay
+from outbox_adapters.webhook_model import (
+    DEFAULT_SECRET_OVERLAP,
+    Endpoint,
+    EndpointHealth,
+    Missed,
+    Replay,
+)
 from outbox_adapters.webhook_scope import check_tenant
 from outbox_core.errors import ConfigurationError
 from outbox_core.ports import Encryptor
@@ -154,6 +160,11 @@ class AsyncTenantWebhooks(_Tenant):
         operation = ops.reveal_secret(self.tenant, endpoint_id, encryptor=self.encryptor)
         return await run_async(conn, operation, writes=False)
 
+    async def health(self, conn: object, endpoint_id: int) -> EndpointHealth:
+        """Last success, last failure, the failure streak since the last success, and whether
+        and why it is disabled."""
+        return await run_async(conn, ops.health(self.tenant, endpoint_id), writes=False)
+
     async def delete_endpoint(self, conn: object, endpoint_id: int) -> None:
         """The endpoint, its secrets and its deliveries; nothing more is sent to it."""
         await run_async(conn, ops.delete_endpoint(self.tenant, endpoint_id), writes=True)
@@ -261,6 +272,9 @@ class TenantWebhooks(_Tenant):
     def reveal_secret(self, conn: object, endpoint_id: int) -> str:
         operation = ops.reveal_secret(self.tenant, endpoint_id, encryptor=self.encryptor)
         return run(conn, operation, writes=False)
+
+    def health(self, conn: object, endpoint_id: int) -> EndpointHealth:
+        return run(conn, ops.health(self.tenant, endpoint_id), writes=False)
 
     def delete_endpoint(self, conn: object, endpoint_id: int) -> None:
         run(conn, ops.delete_endpoint(self.tenant, endpoint_id), writes=True)
