@@ -222,6 +222,12 @@ def _webhooks(r: Mapping[str, Any]) -> list[str]:
             "library_ordered_100_keys_per_s",
             "ordered_ratio",
         ),
+        (
+            "library, 1,000 tenants' endpoints (ADR 0017)",
+            "library_1000_tenants",
+            "library_1000_tenants_per_s",
+            "tenants_1000_ratio",
+        ),
         ("one reused client", "reused_client", "reused_client_per_s", "reused_client_ratio"),
         ("sender only", "sender_only", "sender_only_per_s", "sender_only_ratio"),
     ]
@@ -241,7 +247,8 @@ def _webhooks(r: Mapping[str, Any]) -> list[str]:
         (
             f"{_cell(r, 'webhooks.events')} events per run, one endpoint; {variant.get('receiver', '')}."
             f" Goal: library / naive ≥ 10. The batched fan-out against one transaction per event:"
-            f" {_cell(r, 'webhooks.batched_vs_per_row')}."
+            f" {_cell(r, 'webhooks.batched_vs_per_row')}. 1,000 tenants' endpoints against one:"
+            f" {_cell(r, 'webhooks.tenants_1000_vs_one')}."
         ),
         "",
         *_table(["client", "how", "deliveries/s", "vs naive", "duplicate window"], body),

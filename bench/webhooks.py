@@ -21,10 +21,14 @@ POSTing signed events to the same local HTTP receiver in its own process.
   (``drain_lane(rows_in_flight=1)``): one fan-out transaction per event, the drainer as it was
   before the batched fan-out; the "before" beside ``library``'s "after", in the same run.
 - ``library_ordered_100_keys``: ``library`` with every event enqueued with an ordering key, 100
-  keys in turn (``enqueue_webhook(..., ordering_key=, tenant="acme")``, ADR 0018): a delivery is not attempted
+  keys in turn (``enqueue_webhook(..., ordering_key=)``, ADR 0018): a delivery is not attempted
   while an earlier one of its (endpoint, key) is pending, so a delivery whose key's previous one
   is still in flight is born waiting and goes out through the retry lane's keyed claim once that
   one is dispatched. Beside ``library`` (keyless): the cost of the order.
+- ``library_1000_tenants``: ``library`` with 999 endpoints of 999 other tenants subscribed to the
+  same type beside the one (added before the clock starts, removed after): each event still goes
+  to its own tenant's one endpoint, so the fan-out picks it among 1,000 (ADR 0017, "Tenants").
+  Beside ``library``: the cost of many tenants.
 - ``reused_client``: a diagnostic: the naive loop with ONE ``httpx.Client`` for all the requests
   (keep-alive), in sequence, no database.
 - ``sender_only``: a diagnostic: the library's ``HttpxWebhookSender`` alone, 32 POSTs in flight,
@@ -74,6 +78,8 @@ EVENT_TYPE: Final = "invoice.paid"
 NAIVE_TIMEOUT: Final = 10.0
 #: The ordering keys of ``library_ordered_100_keys``, used in turn.
 ORDERING_KEYS: Final = 100
+#: The tenants of ``library_1000_tenants`` (the events' own, ``acme``, among them).
+TENANTS: Final = 1000
 #: The pool of the library's workers: the size ``outbox worker --lane webhooks`` opens.
 POOL_SIZE: Final = 12
 GUARD: Final = DestinationGuard(allow=("127.0.0.0/8",), require_https=False)
@@ -186,6 +192,26 @@ async def verify_deliveries(pool: AsyncConnectionPool[Any], events: int, what: s
         raise RuntimeError(f"webhooks {what}: outbox rows {outbox}, expected all dispatched")
 
 
+async def _other_tenants(pool: AsyncConnectionPool[Any], url: str, *, add: bool) -> None:
+    """Add (or remove) one endpoint of each of ``TENANTS - 1`` other tenants, subscribed to the
+    events' type, beside ``acme``'s."""
+    async with pool.connection() as conn, conn.transaction():
+        if not add:
+            await conn.execute(
+                "DELETE FROM outbox_webhook_secret WHERE endpoint_id IN"
+                " (SELECT id FROM outbox_webhook_endpoint WHERE tenant <> 'acme')"
+            )
+            await conn.execute("DELETE FROM outbox_webhook_endpoint WHERE tenant <> 'acme'")
+            return
+        await conn.execute(
+            "INSERT INTO outbox_webhook_endpoint (tenant, url, event_types)"
+            " SELECT 'tenant-' || n, %s, ARRAY[%s] FROM generate_series(1, %s) AS n",
+            (url, EVENT_TYPE, TENANTS - 1),
+        )
+    async with pool.connection() as conn:
+        await conn.execute("ANALYZE outbox_webhook_endpoint")
+
+
 async def library_drain(  # noqa: PLR0913 - one drain and its variant's options
     pool: AsyncConnectionPool[Any],
     dsn: str,
@@ -256,6 +282,13 @@ def _drains(
     async def library_ordered_100_keys() -> tuple[int, float]:
         return await library_drain(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS, keys=ORDERING_KEYS)
 
+    async def library_1000_tenants() -> tuple[int, float]:
+        await _other_tenants(pool, url, add=True)
+        try:
+            return await library_drain(pool, dsn, events, DEFAULT_FIRST_ATTEMPTS)
+        finally:
+            await _other_tenants(pool, url, add=False)
+
     async def reused_client() -> tuple[int, float]:
         return _reused_client(url, secret, events)
 
@@ -269,6 +302,7 @@ def _drains(
         "library_one_in_flight": library_one_in_flight,
         "library_per_row_fan_out": library_per_row_fan_out,
         "library_ordered_100_keys": library_ordered_100_keys,
+        "library_1000_tenants": library_1000_tenants,
         "reused_client": reused_client,
         "sender_only": sender_only,
     }
@@ -321,8 +355,10 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
         "one_in_flight_ratio": ratio(figures["library_one_in_flight"], naive_fig),
         "per_row_fan_out_ratio": ratio(figures["library_per_row_fan_out"], naive_fig),
         "ordered_ratio": ratio(figures["library_ordered_100_keys"], naive_fig),
+        "tenants_1000_ratio": ratio(figures["library_1000_tenants"], naive_fig),
         "batched_vs_per_row": ratio(figures["library"], figures["library_per_row_fan_out"]),
         "ordered_vs_keyless": ratio(figures["library_ordered_100_keys"], figures["library"]),
+        "tenants_1000_vs_one": ratio(figures["library_1000_tenants"], figures["library"]),
         "ordered_by_retry_lane": retry_lane_share(),
         "naive_async_ratio": ratio(figures["naive_async"], naive_fig),
         "reused_client_ratio": ratio(figures["reused_client"], naive_fig),
@@ -336,6 +372,7 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             "library_per_row_fan_out": "the same as library (the fan-out writes nothing twice"
             " either way)",
             "library_ordered_100_keys": "the same as library",
+            "library_1000_tenants": "the same as library",
             "naive": "none recorded: no database, so nothing is repeated and nothing is resumed"
             " after a crash",
             "naive_async": "the same",
@@ -354,6 +391,8 @@ async def _measure(dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
             " batched fan-out",
             "library_ordered_100_keys": f"the same as library, every event with an ordering key"
             f" ({ORDERING_KEYS} keys in turn); deliveries born waiting go out by the retry lane",
+            "library_1000_tenants": f"the same as library, beside {TENANTS - 1} endpoints of"
+            f" {TENANTS - 1} other tenants subscribed to the same type (events: one tenant's)",
             "reused_client": "one httpx.Client for every request, in sequence (diagnostic)",
             "sender_only": f"HttpxWebhookSender alone, {DEFAULT_FIRST_ATTEMPTS} in flight,"
             " requests signed before the clock starts, no database (diagnostic)",
