@@ -160,6 +160,7 @@
       }
     }
     $("no-deliveries").hidden = got.json.deliveries.length > 0;
+    $("deliveries").hidden = got.json.deliveries.length === 0;
   }
 
   async function act(method, path, body, done) {
