@@ -103,6 +103,7 @@ def _mark_params(row_id: int, token: str) -> dict[str, Any]:
         "retry_delay": None,
         "scrub_keys": sorted(DEFAULT_SECRET_KEYS),
         "patch": "{}",
+        "refund": False,
         "now": None,
     }
 

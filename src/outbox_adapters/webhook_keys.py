@@ -47,6 +47,7 @@ __all__ = [
     "public_key_of",
     "scheme_of",
     "signer_of",
+    "verify_with",
 ]
 
 _WHAT: Final = "a v1a (Ed25519) webhook signing key"
@@ -144,6 +145,14 @@ def signer_of(key: StoredKey, *, endpoint_id: int) -> Signer:
         raise SecretUnavailable(
             f"webhook endpoint {endpoint_id} signs v1a (Ed25519) and its key can't sign: {exc}"
         ) from None
+
+
+def verify_with(key_text: str) -> str:
+    """What the receiver of an endpoint signing with ``key_text`` verifies with: a ``v1``
+    ``whsec_`` secret itself, or the ``whpk_`` PUBLIC key of a ``v1a`` ``whsk_`` key (the private
+    key is never handed out)."""
+    key = parse_signing_secret(key_text)
+    return public_key_of(key).to_text() if isinstance(key, SigningKey) else key.to_text()
 
 
 def public_key_of(key: SigningKey) -> PublicKey:

@@ -13,8 +13,8 @@ free of psycopg and SQLAlchemy).
   this module re-exports.
 - :func:`event_body` is the one encoding of the bytes every delivery of an event POSTs (canonical
   JSON: sorted keys, no spaces), so a retry signs and sends the same body.
-- :func:`check_endpoint_url`, :func:`check_owner`, :func:`check_overlap`, :func:`check_window` and
-  :func:`check_reason` are the endpoint side's input rules; :func:`health_reason` and :func:`notice_key` are what the health
+- The endpoint side's input rules (URL, owner, description, rate cap, reason, overlap, window) are
+  :mod:`outbox_adapters.webhook_endpoint_rules`, re-exported here; :func:`health_reason` and :func:`notice_key` are what the health
   sweep writes.
 - :func:`new_msg_id` makes the event's stable ``webhook-id``: ``msg_`` + 32 hex digits drawn with
   :mod:`secrets` here, in the adapter (the core never draws randomness).
@@ -31,6 +31,15 @@ from typing import Any, Final
 
 import attrs
 
+from outbox_adapters.webhook_endpoint_rules import (
+    check_description,
+    check_endpoint_url,
+    check_max_per_second,
+    check_overlap,
+    check_owner,
+    check_reason,
+    check_window,
+)
 from outbox_adapters.webhook_scope import (
     ANY_EVENT_TYPE,
     WebhookRefused,
@@ -45,7 +54,7 @@ from outbox_adapters.webhook_scope import (
     refused_unsubscribed,
 )
 from outbox_core.delivery import Status
-from outbox_core.errors import ConfigurationError, InvalidMessage
+from outbox_core.errors import InvalidMessage
 from outbox_core.messages import ClaimedRow, JSONObject, NewMessage
 from outbox_core.signing_keys import Signer
 
@@ -59,14 +68,17 @@ __all__ = [
     "DeliveryReport",
     "DeliveryTarget",
     "Endpoint",
+    "EndpointHealth",
     "FanOut",
     "Missed",
     "Notice",
     "Replay",
     "WebhookRefused",
+    "check_description",
     "check_endpoint_url",
     "check_event_type",
     "check_event_types",
+    "check_max_per_second",
     "check_ordering_key",
     "check_overlap",
     "check_owner",
@@ -99,7 +111,6 @@ DELIVERY_LANE: Final = "webhook_deliveries"
 DEFAULT_HEALTH_WINDOW: Final = timedelta(days=5)
 #: How long a rotated-out secret keeps signing beside the new one.
 DEFAULT_SECRET_OVERLAP: Final = timedelta(hours=24)
-_MAX_URL: Final = 2048
 
 #: An ordering key: 1 to 200 characters (an id or two), no C0/C1 control character.
 _ORDERING_KEY: Final = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,200}")
@@ -186,63 +197,6 @@ def event_body(event_type: str, created_at: datetime, data: JSONObject) -> bytes
     ).encode("utf-8")
 
 
-# --- the endpoint side's rules ---------------------------------------------------------------------
-
-
-def check_endpoint_url(url: object) -> str:
-    """The shape rule every stored URL meets (text, no whitespace or control character, at most
-    2,048 characters). Whether its destination is allowed is the destination guard's call, made
-    by whoever registers it (``outbox endpoints add``) and again at every connect."""
-    if (
-        not isinstance(url, str)
-        or not url
-        or len(url) > _MAX_URL
-        or not url.isprintable()
-        or any(c.isspace() for c in url)
-    ):
-        raise InvalidMessage(
-            f"an endpoint URL is 1 to {_MAX_URL} printable characters without spaces, got {url!r:.80}"
-        )
-    return url
-
-
-def check_owner(owner_email: str | None) -> str | None:
-    """The owner's address (told when the endpoint is disabled), or ``None``."""
-    if owner_email is None:
-        return None
-    local, at, domain = owner_email.rpartition("@")
-    if (
-        not at
-        or not local
-        or "." not in domain
-        or not owner_email.isprintable()
-        or " " in owner_email
-    ):
-        raise InvalidMessage(f"the owner e-mail address {owner_email!r:.80} is not an address")
-    return owner_email
-
-
-def check_reason(reason: object) -> str:
-    """Why an operator disables an endpoint: some text."""
-    if not isinstance(reason, str) or not reason.strip():
-        raise InvalidMessage("disabling an endpoint needs a reason")
-    return reason
-
-
-def check_overlap(overlap: object) -> timedelta:
-    """How long a rotated-out secret keeps signing: a timedelta >= 0."""
-    if not isinstance(overlap, timedelta) or overlap < timedelta(0):
-        raise ConfigurationError(f"a secret overlap is a timedelta >= 0, got {overlap!r:.80}")
-    return overlap
-
-
-def check_window(window: object) -> timedelta:
-    """The endpoint health window: a positive timedelta."""
-    if not isinstance(window, timedelta) or window <= timedelta(0):
-        raise ConfigurationError(f"a health window is a positive timedelta, got {window!r:.80}")
-    return window
-
-
 def health_reason(window: timedelta) -> str:
     """The disabled reason the health sweep writes."""
     if window.total_seconds() % 86400 == 0:
@@ -299,6 +253,11 @@ class Endpoint:
     updated_at: datetime
     #: The signature scheme (ADR 0017): ``v1`` (HMAC-SHA256, ``whsec_``) or ``v1a`` (Ed25519).
     scheme: str = "v1"
+    #: Deliveries a second this endpoint takes at most, across the process (ADR 0018); ``None``:
+    #: no cap.
+    max_per_second: int | None = None
+    #: What the host or its customer calls it; ``None``: nothing.
+    description: str | None = None
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Endpoint:
@@ -333,6 +292,25 @@ class DeliveryTarget:
     event_type: str
     #: The exact JSON bytes to POST (:func:`event_body`).
     body: bytes
+    #: The endpoint's rate cap (deliveries a second, ADR 0018); ``None``: no cap.
+    max_per_second: int | None = None
+
+
+@attrs.frozen
+class EndpointHealth:
+    """How an endpoint is doing (``endpoint_health``), from its resolved deliveries."""
+
+    endpoint_id: int
+    enabled: bool
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    #: When its last delivery succeeded (resolved ``dispatched``); ``None``: never.
+    last_success_at: datetime | None
+    #: When its last delivery failed (resolved ``failed``); ``None``: never.
+    last_failure_at: datetime | None
+    #: Its failed deliveries resolved after the last success (all of them if none succeeded),
+    #: by resolution time: the current failure streak (0 when the last one succeeded).
+    failure_streak: int
 
 
 @attrs.frozen

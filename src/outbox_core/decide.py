@@ -26,7 +26,14 @@ skipped (nothing to send)   skip      skipped       secret keys scrubbed
 permanent                   fail      failed        kept whole; never retried
 transient                   retry     pending       kept whole; due ``wait`` (below) after the mark
 transient, schedule spent   fail      failed        kept whole; "retries exhausted after N ..."
+deferred (not attempted)    retry     pending       kept whole; due ``retry_after`` after the
+                                                    mark; the attempt refunded (``Mark.refund``)
 ==========================  ========  ============  ==============================================
+
+A deferred outcome is not a failed attempt: a cap of ours (an endpoint's rate, ADR 0018) held the
+send back, so nothing reached the peer. It never consults the schedule, so it can never exhaust
+it, and its mark refunds the claim's attempt and keeps the row's last error (what endpoint health
+reads) as the last real attempt left it.
 
 An outcome's :attr:`~outbox_core.outcomes.Outcome.progress` (payload keys recording what the
 attempt achieved, such as the recipients who already have the message) goes into the mark as its
@@ -128,6 +135,7 @@ def decide(  # noqa: PLR0913 -- a sans-IO decision: the clock, the jitter draw a
         # A 410 Gone disables the endpoint in the mark's own transaction (the store writes both).
         disable_endpoint=outcome.disable_endpoint,
         recorded=outcome.recorded,
+        refund=outcome.kind is OutcomeKind.DEFERRED,
     )
 
 
@@ -154,6 +162,9 @@ def _decision(  # noqa: PLR0913 -- decide()'s inputs, passed through unchanged
         return _Decision(Event.SUCCEED, scrub_keys=scrub.keys)
     if kind is OutcomeKind.SKIPPED:
         return _Decision(Event.SKIP, outcome.reason, scrub_keys=scrub.keys)
+    if kind is OutcomeKind.DEFERRED:
+        # Not attempted: no schedule is consulted (it can never be spent by a deferral).
+        return _Decision(Event.RETRY, outcome.reason, retry_delay=outcome.retry_after)
     if kind is OutcomeKind.PERMANENT:
         # Retrying can't help (bad payload, invalid or suppressed recipient, SMTP 5xx): fail now
         # rather than ride the three-day e-mail schedule (EMAIL_BACKOFF) to the same end.

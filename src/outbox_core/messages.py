@@ -189,6 +189,8 @@ def _check_mark(inst: Mark, _attribute: object, _value: object) -> None:
         raise ValueError("only a failed mark disables an endpoint (HTTP 410 Gone)")
     if inst.recorded and status is not Status.DISPATCHED:
         raise ValueError("only a dispatched mark can have been recorded by its handler")
+    if inst.refund and status is not Status.PENDING:
+        raise ValueError("only a retry mark (status pending) refunds its attempt")
 
 
 @attrs.frozen
@@ -222,6 +224,11 @@ class Mark:
     #: (handler-owns-mark: the webhook drainer's fan-out). The runtime writes nothing more: a
     #: second, no-op write would cost a round trip and read as a stale-mark alarm.
     recorded: bool = attrs.field(default=False)
+    #: The attempt was never made (a cap of ours deferred it, :meth:`Outcome.deferred`): the store
+    #: takes the claim's attempt back (``attempts - 1``, never below 0) and leaves the row's
+    #: ``last_error`` and ``updated_at`` as the last real attempt left them, so a deferral counts
+    #: toward neither the retry schedule nor endpoint health. Retry marks only.
+    refund: bool = attrs.field(default=False)
 
     @classmethod
     def dispatched(cls, row: ClaimedRow, *, scrub_keys: frozenset[str]) -> Mark:

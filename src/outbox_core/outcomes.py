@@ -29,6 +29,9 @@ class OutcomeKind(enum.StrEnum):
     SKIPPED = "skipped"
     PERMANENT = "permanent"
     TRANSIENT = "transient"
+    #: Not attempted: a cap of ours held the send back (nothing reached the peer). The row is
+    #: handed back with its attempt refunded, due again after ``retry_after``.
+    DEFERRED = "deferred"
 
 
 def _check(inst: Outcome, _attribute: object, _value: object) -> None:
@@ -36,8 +39,10 @@ def _check(inst: Outcome, _attribute: object, _value: object) -> None:
     if kind is not OutcomeKind.SENT and not inst.reason:
         raise ValueError(f"a {kind} outcome needs a reason")
     if inst.retry_after is not None:
-        if kind is not OutcomeKind.TRANSIENT:
-            raise ValueError(f"retry_after only makes sense for a transient outcome, not {kind}")
+        if kind not in (OutcomeKind.TRANSIENT, OutcomeKind.DEFERRED):
+            raise ValueError(
+                f"retry_after only makes sense for a transient or deferred outcome, not {kind}"
+            )
         if inst.retry_after < timedelta(0):
             raise ValueError(f"retry_after must not be negative, got {inst.retry_after!r}")
     if inst.disable_endpoint and kind is not OutcomeKind.PERMANENT:
@@ -48,8 +53,8 @@ def _check(inst: Outcome, _attribute: object, _value: object) -> None:
         raise ValueError(f"delivered_to describes a sent outcome only, not {kind}")
     if inst.recorded and kind is not OutcomeKind.SENT:
         raise ValueError(f"only a sent outcome can have been recorded by its handler, not {kind}")
-    if inst.refused and kind is OutcomeKind.SKIPPED:
-        raise ValueError("a skipped outcome sent nothing, so nobody refused it")
+    if inst.refused and kind in (OutcomeKind.SKIPPED, OutcomeKind.DEFERRED):
+        raise ValueError(f"a {kind} outcome sent nothing, so nobody refused it")
 
 
 def _refusals(value: object) -> tuple[Refusal, ...]:
@@ -138,6 +143,14 @@ class Outcome:
             retry_after=retry_after,
             maybe_delivered=maybe_delivered,
         )
+
+    @classmethod
+    def deferred(cls, reason: str, *, retry_after: timedelta = timedelta(0)) -> Outcome:
+        """Not attempted: a cap of ours (an endpoint's rate, ADR 0018) would not admit the send
+        before the row's deadline, so nothing was sent. Not a failure: the row goes back with its
+        attempt refunded, due again after ``retry_after`` (when the cap next admits), and never
+        moves toward ``failed``."""
+        return cls(OutcomeKind.DEFERRED, reason, retry_after=retry_after)
 
     def with_progress(self, progress: Mapping[str, Any] | None) -> Outcome:
         """This outcome, with payload keys for its mark to write (unchanged when ``None``)."""

@@ -102,6 +102,12 @@ class TokenBucket:
     def _check_burst(self, _attribute: object, value: int) -> None:
         check_cap("burst (sends at once)", value)
 
+    def idle(self, now: float) -> bool:
+        """True when a send asking at ``now`` or later would be answered as by a fresh bucket
+        (every reservation made has passed): a holder of many buckets may drop this one."""
+        _finite("now", now)
+        return self._arrival is None or self._arrival <= now
+
     def admit(self, now: float, *, latest: float = math.inf) -> Admission:
         """May a send asking at ``now`` start, and when? Reserves the slot unless it would start
         after ``latest`` (then the bucket is unchanged and the answer is not admitted)."""

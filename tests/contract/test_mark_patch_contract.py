@@ -84,3 +84,32 @@ async def test_a_patch_replaces_the_key_it_names_and_keeps_the_others(harness, v
 
 def attrs_evolve(mark: Mark, patch: dict[str, list[str]]) -> Mark:
     return attrs.evolve(mark, payload_patch=patch)
+
+
+@VIA
+async def test_a_refund_mark_gives_the_attempt_back_and_keeps_the_last_real_error(harness, via):
+    """A deferred send (``Outcome.deferred``: a cap of ours held it back) is a retry mark with
+    ``refund``: pending again, due after its delay, the claim's attempt taken back, and the last
+    error and ``updated_at`` (what endpoint health reads) as they were."""
+    h = harness
+    row_id = (await h.enqueue(NewMessage(LANE, {"to": "ann@example.org"}))).row_id
+    first = await claim_one(h, row_id)
+    assert await apply(h, via, Mark.retry(first, "503", delay=timedelta(0))) is MarkResult.APPLIED
+    row = await claim_one(h, row_id)
+    assert row.attempts == 2
+    before = await h.store.get(row_id)
+    assert before is not None
+    deferral = Mark(
+        row.id, row.token, Status.PENDING, "rate cap", retry_delay=timedelta(0), refund=True
+    )
+
+    assert await apply(h, via, deferral) is MarkResult.APPLIED
+
+    stored = await h.store.get(row_id)
+    assert stored is not None
+    assert stored.status is Status.PENDING
+    assert stored.attempts == 1
+    assert stored.last_error == "503"
+    assert stored.updated_at == before.updated_at
+    again = await claim_one(h, row_id)
+    assert again.attempts == 2

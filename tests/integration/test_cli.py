@@ -529,7 +529,8 @@ def test_stats_counts_stale_marks_per_lane(dsn, lane):
         conn.execute(
             statements.render(statements.MARK, outbox_message),
             {"id": row_id, "token": "paused", "status": "failed", "reason": "late",
-             "retry_delay": None, "scrub_keys": [], "now": None, "patch": "{}"},
+             "retry_delay": None, "scrub_keys": [], "now": None, "patch": "{}",
+             "refund": False},
         )  # fmt: skip
 
     stats = outbox("stats", "--database-url", dsn)

@@ -362,6 +362,7 @@ async def test_rotation_never_writes_back_over_a_row_a_worker_marked_meanwhile(
                         "retry_delay": None,
                         "scrub_keys": ["password_reset_url"],
                         "patch": "{}",
+                        "refund": False,
                         "now": None,
                     },
                 )

@@ -207,6 +207,32 @@ def test_deliveries_are_grouped_by_error_and_replay_makes_due_deliveries(dsn):
     assert both.exit_code == 2
 
 
+def test_deliveries_and_replay_take_a_tenant_and_keep_to_it(dsn):
+    acme = add(dsn)["endpoint"]["id"]
+    globex = add(dsn, "--tenant", "globex")["endpoint"]
+    assert globex["tenant"] == "globex"  # the last --tenant given wins
+    acme_fan = steps(dsn, lambda wh: wh.drained())
+    globex_fan = steps(dsn, lambda wh: wh.drained(tenant="globex"))
+    assert [d.payload["endpoint_id"] for d in acme_fan.deliveries] == [acme]
+    listed = outbox("endpoints", "list", "--database-url", dsn, "--tenant", "globex", "--json")
+    assert [e["id"] for e in json.loads(listed.stdout)["endpoints"]] == [globex["id"]]
+
+    mine = outbox("deliveries", "--database-url", dsn, "--tenant", "globex", "--json")
+    (group,) = json.loads(mine.stdout)["groups"]
+    assert group["endpoint_ids"] == [globex["id"]]
+
+    refused = outbox("replay", str(acme_fan.event_id), "--database-url", dsn, "--tenant", "globex")
+    assert refused.exit_code == 1
+    assert one_line_error(refused) == f"Error: there is no webhook event {acme_fan.event_id}"
+    own = outbox(
+        "replay", str(globex_fan.event_id), "--database-url", dsn, "--tenant", "globex", "--json"
+    )
+    assert own.exit_code == 0, own.output
+    (replay,) = json.loads(own.stdout)["replays"]
+    assert replay["replay_of"] == globex_fan.event_id
+    assert len(replay["deliveries"]) == 1
+
+
 def test_worker_lane_webhooks_drains_the_outbox_delivers_signed_and_exits(dsn):
     """`outbox endpoints add` → `outbox enqueue webhook` → `outbox worker --lane webhooks --drain`
     → `outbox deliveries --json`: the whole path from the command line, to a real receiver."""
@@ -248,3 +274,51 @@ def test_worker_lane_webhooks_refuses_http_in_production_naming_the_option(dsn):
     assert ran.exit_code == 2
     assert "--allow-http" in ran.output
     assert "https:// URLs only in production" in ran.output
+
+
+def test_endpoints_add_takes_a_rate_cap_and_list_and_show_print_it(dsn):
+    made = add(dsn, "--max-per-second", "5")
+    endpoint = made["endpoint"]["id"]
+    assert made["endpoint"]["max_per_second"] == 5
+    assert query(
+        dsn, "SELECT max_per_second FROM outbox_webhook_endpoint WHERE id = %s", endpoint
+    ) == [(5,)]
+    assert "  v1  5/s" in outbox("endpoints", "list", "--database-url", dsn).stdout
+    shown = outbox("endpoints", "show", str(endpoint), "--database-url", dsn)
+    assert shown.exit_code == 0, shown.output
+    assert "rate cap:       5/s" in shown.stdout
+    assert "failure streak: 0" in shown.stdout
+    assert "last success:   never" in shown.stdout
+    refused = outbox(
+        "endpoints", "add", "--tenant", "acme", "--database-url", dsn, "--url", "http://127.0.0.1:9/x",
+        "--event-type", "a.b", *LOCAL, "--max-per-second", "0",
+    )  # fmt: skip
+    assert refused.exit_code == 2
+    assert "max_per_second is None (no cap) or a whole number of at least 1" in one_line_error(
+        refused
+    )
+    assert query(dsn, "SELECT count(*) FROM outbox_webhook_endpoint") == [(1,)]
+
+
+def test_endpoints_show_prints_the_endpoints_health(dsn):
+    endpoint = add(dsn)["endpoint"]["id"]
+
+    async def fail_twice(wh: Webhooks) -> None:
+        for _ in range(2):
+            for delivery in (await wh.drained()).deliveries:
+                await wh.deliveries.mark_if_pending(Mark.failed(delivery, "HTTP 500"))
+
+    steps(dsn, fail_twice)
+    outbox("endpoints", "disable", str(endpoint), "--database-url", dsn, "--reason", "moved")
+    shown = json.loads(
+        outbox("endpoints", "show", str(endpoint), "--database-url", dsn, "--json").stdout
+    )
+    assert shown["health"]["failure_streak"] == 2
+    assert shown["health"]["last_success_at"] is None
+    assert shown["health"]["last_failure_at"] is not None
+    assert shown["endpoint"]["disabled_reason"] == "moved"
+    text = outbox("endpoints", "show", str(endpoint), "--database-url", dsn).stdout
+    assert "state:          disabled" in text
+    assert "(moved)" in text
+    assert "failure streak: 2" in text
+    assert outbox("endpoints", "show", "999", "--database-url", dsn).exit_code == 1

@@ -22,6 +22,7 @@ from outbox_adapters.http import sender as _http_sender
 from outbox_adapters.lanes import consumer as _consumer
 from outbox_adapters.lanes import email as email_lane
 from outbox_adapters.lanes import email_channel as _email_channel
+from outbox_adapters.lanes import endpoint_pacing as _endpoint_pacing
 from outbox_adapters.lanes import fresh_targets as _fresh_targets
 from outbox_adapters.lanes import in_flight as _in_flight
 from outbox_adapters.lanes import relay as _relay
@@ -40,6 +41,7 @@ from outbox_adapters.postgres.webhooks import event_of as _event_of
 from outbox_adapters.postgres.webhooks import repository as _webhook_repository
 from outbox_adapters.postgres.webhooks import secrets as _webhook_secrets
 from outbox_adapters.postgres.webhooks import statements as _webhook_statements
+from outbox_adapters.postgres.webhooks import tenant_statements as _tenant_statements
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import marking as worker
 from outbox_adapters.runtime.deadline import Deadlines
@@ -953,6 +955,40 @@ MUTANTS += (
     ),
 )
 
+# --- each webhook endpoint's rate cap (ADR 0018) ---------------------------------------------------
+
+RATE_CAP = "tests/integration/test_webhook_rate_cap.py"
+_CAP_TEST = f"{RATE_CAP}::test_a_capped_endpoint_gets_at_most_its_cap_a_second_and_an_uncapped_one_is_not_slowed"
+
+
+async def _ignores_the_cap(self: Any, endpoint_id: int, cap: int | None, deadline: float) -> None:
+    """The mutant of EndpointPacers.admit: every delivery starts at once, whatever its cap."""
+    del self, endpoint_id, cap, deadline
+
+
+def _deferral_spends_the_attempt(reason: str, *, retry_after: Any = None) -> Outcome:
+    """The mutant of Outcome.deferred: a deferral is a transient failure (it spends an attempt,
+    rides the schedule, and can end ``failed``)."""
+    return Outcome.transient(reason, retry_after=retry_after)
+
+
+MUTANTS += (
+    Mutant(
+        "endpoint-cap-ignored",
+        "an endpoint's rate cap (deliveries to it start at most max_per_second a second)",
+        "EndpointPacers.admit ignores the endpoint's cap: every delivery starts at once",
+        _CAP_TEST,
+        (_endpoint_pacing.EndpointPacers, "admit", _ignores_the_cap),
+    ),
+    Mutant(
+        "endpoint-cap-deferral-spends-attempt",
+        "an endpoint's rate cap (a delivery it holds back is not attempted: attempt refunded)",
+        "Outcome.deferred reports a transient failure: the held-back delivery spends an attempt",
+        _CAP_TEST,
+        (Outcome, "deferred", staticmethod(_deferral_spends_the_attempt)),
+    ),
+)
+
 # --- Standard Webhooks v1a: Ed25519 signatures (ADR 0017) ----------------------------------------
 
 WEBHOOK_V1A = "tests/integration/test_webhook_v1a.py"
@@ -1028,6 +1064,18 @@ MUTANTS += (
         "drop the wildcard branch: invoice.* matches only the literal text 'invoice.*'",
         f"{WEBHOOK_TENANCY}::test_a_wildcard_subscription_takes_the_types_under_its_prefix[postgres-invoice.paid-True]",
         _webhook_replace("BORN_DELIVERIES", "OR (right(sub.t, 2) = '.*'", "OR (false"),
+    ),
+    Mutant(
+        "webhook-api-endpoint-not-tenant-scoped",
+        "the host API locks an endpoint only if it is the tenant's (LOCK_TENANT_ENDPOINT)",
+        "drop the tenant from the lookup: one tenant's object changes another tenant's endpoint",
+        "tests/integration/test_webhook_tenant_api.py::test_another_tenants_ids_are_refused_as_missing_and_its_rows_stay_as_they_were",
+        _replace_in(
+            _tenant_statements,
+            "LOCK_TENANT_ENDPOINT",
+            "WHERE id = %(id)s AND tenant = %(tenant)s",
+            "WHERE id = %(id)s AND %(tenant)s::text IS NOT NULL",
+        ),
     ),
 )
 

@@ -240,6 +240,7 @@ def test_negative_retry_after_cap_is_refused() -> None:
         (Outcome.permanent("550"), 1, Event.FAIL),
         (Outcome.transient("421"), 1, Event.RETRY),
         (Outcome.transient("421"), 16, Event.FAIL),
+        (Outcome.deferred("rate cap"), 16, Event.RETRY),
     ],
 )
 def test_every_mark_is_a_legal_move_from_pending(
@@ -290,3 +291,27 @@ def test_only_a_failed_mark_disables_and_only_a_dispatched_one_is_handler_record
         Mark(42, TOKEN, Status.FAILED, "x", recorded=True)
     with pytest.raises(ValueError, match="recorded by its handler"):
         Outcome(OutcomeKind.PERMANENT, "x", recorded=True)
+
+
+# --- not attempted: a deferral (an endpoint's rate cap, ADR 0018) ----------------------------------
+
+
+def test_a_deferred_send_is_handed_back_with_its_attempt_refunded_and_never_fails() -> None:
+    spy = SpyBackoff(answer=None)  # a spent schedule: a transient outcome would fail here
+    mark = run(Outcome.deferred("endpoint rate cap", retry_after=timedelta(seconds=3)), backoff=spy)
+    assert mark.status is Status.PENDING
+    assert mark.refund
+    assert mark.retry_delay == timedelta(seconds=3)
+    assert mark.reason == "endpoint rate cap"
+    assert spy.asked == []  # the schedule is never consulted, so a deferral cannot exhaust it
+    assert not run(Outcome.transient("503")).refund
+
+
+def test_a_deferral_waits_what_the_cap_says_even_beyond_the_retry_after_cap() -> None:
+    mark = run(Outcome.deferred("cap", retry_after=2 * HOUR), retry_after_cap=HOUR)
+    assert mark.retry_delay == 2 * HOUR
+
+
+def test_only_a_retry_mark_refunds_its_attempt() -> None:
+    with pytest.raises(ValueError, match="only a retry mark"):
+        Mark(42, TOKEN, Status.FAILED, "x", refund=True)

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from outbox_core.outcomes import Outcome, OutcomeKind
+from outbox_core.outcomes import Outcome, OutcomeKind, Refusal
 
 
 def test_named_constructors_build_each_kind() -> None:
@@ -56,3 +56,27 @@ def test_impossible_flag_combinations_are_refused_in_whole_sentences(kwargs, mes
     with pytest.raises(ValueError) as refused:
         Outcome(**kwargs)
     assert str(refused.value) == message
+
+
+# --- not attempted: a cap of ours deferred the send (ADR 0018) --------------------------------------
+
+
+def test_a_deferred_outcome_is_its_own_kind_with_a_reason_and_a_wait() -> None:
+    later = Outcome.deferred("endpoint rate cap", retry_after=timedelta(seconds=2))
+    assert later.kind is OutcomeKind.DEFERRED
+    assert later.retry_after == timedelta(seconds=2)
+    assert Outcome.deferred("cap").retry_after == timedelta(0)
+    with pytest.raises(ValueError, match="a deferred outcome needs a reason"):
+        Outcome.deferred("")
+    with pytest.raises(ValueError, match="must not be negative"):
+        Outcome.deferred("cap", retry_after=timedelta(seconds=-1))
+
+
+def test_a_deferred_outcome_sent_nothing_so_nobody_refused_it_and_nothing_maybe_arrived() -> None:
+    refusal = Refusal("a@example.org", Outcome.permanent("550"))
+    with pytest.raises(ValueError, match="a deferred outcome sent nothing"):
+        Outcome(OutcomeKind.DEFERRED, "cap", refused=(refusal,))
+    with pytest.raises(ValueError, match="maybe_delivered describes a transient failure only"):
+        Outcome(OutcomeKind.DEFERRED, "cap", maybe_delivered=True)
+    with pytest.raises(ValueError, match="only a permanent outcome can disable"):
+        Outcome(OutcomeKind.DEFERRED, "cap", disable_endpoint=True)

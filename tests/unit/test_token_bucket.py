@@ -149,3 +149,14 @@ def test_with_a_burst_of_one_a_send_waits_no_longer_than_the_rate_requires(rate,
         start = bucket.admit(now).start
         assert start == pytest.approx(max(now, previous + 1.0 / rate), abs=1e-6)
         previous = start
+
+
+def test_a_bucket_is_idle_once_every_reservation_has_passed() -> None:
+    bucket = TokenBucket(2)
+    assert bucket.idle(0.0)  # never used
+    bucket.admit(10.0)
+    assert not bucket.idle(10.0)  # the next start is 10.5
+    assert not bucket.idle(10.49)
+    assert bucket.idle(10.5)
+    with pytest.raises(ValueError, match="now must be a finite number"):
+        bucket.idle(math.nan)

@@ -127,7 +127,7 @@ COMMANDS: Final[Mapping[str, tuple[str, str, str]]] = {
     "endpoints": (
         "endpoints",
         "endpoints_group",
-        "Webhook endpoints: add, list, disable, enable, rotate-secret, public-key.",
+        "Webhook endpoints: add, list, show, disable, enable, rotate-secret, public-key.",
     ),
     "deliveries": (
         "webhooks",

@@ -43,6 +43,7 @@ from outbox_adapters.postgres.webhooks import (
     WebhookRepository,
 )
 from outbox_adapters.webhook_keys import new_signing_secret, public_key_of
+from outbox_adapters.webhook_model import EndpointHealth
 from outbox_core.errors import (
     BlockedDestination,
     ConfigurationError,
@@ -75,7 +76,20 @@ def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
         "disabled_at": when(endpoint.disabled_at),
         "created_at": when(endpoint.created_at),
         "scheme": endpoint.scheme,
+        "max_per_second": endpoint.max_per_second,
     }
+
+
+def health_json(health: EndpointHealth) -> dict[str, Any]:
+    return {
+        "last_success_at": when(health.last_success_at),
+        "last_failure_at": when(health.last_failure_at),
+        "failure_streak": health.failure_streak,
+    }
+
+
+def _rate(endpoint: Endpoint) -> str:
+    return "no rate cap" if endpoint.max_per_second is None else f"{endpoint.max_per_second}/s"
 
 
 def _handed_out(key_text: str) -> dict[str, str]:
@@ -126,7 +140,7 @@ def _repository_call(database: str, call: Any, encryptor: Encryptor | None = Non
 
 @click.group("endpoints")
 def endpoints_group() -> None:
-    """Webhook endpoints: add, list, disable, enable, rotate-secret, public-key."""
+    """Webhook endpoints: add, list, show, disable, enable, rotate-secret, public-key."""
 
 
 @endpoints_group.command("add")
@@ -152,6 +166,13 @@ def endpoints_group() -> None:
     help="v1: HMAC-SHA256, a shared whsec_ secret; v1a: Ed25519, the receiver gets a whpk_ public"
     " key (needs the crypto extra).",
 )
+@option(
+    "--max-per-second",
+    env="OUTBOX_ENDPOINT_MAX_PER_SECOND",
+    type=int,
+    default=None,
+    help="At most this many deliveries a second to it, per sending process (default: no cap).",
+)
 @allow_options
 @encryption_keys()
 @json_option
@@ -162,6 +183,7 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     event_types: tuple[str, ...],
     owner: str | None,
     scheme: str,
+    max_per_second: int | None,
     allow: tuple[str, ...],
     allow_http: bool,  # noqa: FBT001
     encryption_keys: str | None,
@@ -179,7 +201,12 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         endpoint: Endpoint = _repository_call(
             database_url,
             lambda repo: repo.add_endpoint(
-                url, event_types, tenant=tenant, owner_email=owner, secret=secret
+                url,
+                event_types,
+                tenant=tenant,
+                owner_email=owner,
+                secret=secret,
+                max_per_second=max_per_second,
             ),
             encryptor,
         )
@@ -190,7 +217,7 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         return
     click.echo(
         f"endpoint {endpoint.id} of tenant {endpoint.tenant!r} added for"
-        f" {', '.join(endpoint.event_types)} (scheme {endpoint.scheme})"
+        f" {', '.join(endpoint.event_types)} (scheme {endpoint.scheme}, {_rate(endpoint)})"
     )
     _echo_handed_out(handed)
     click.echo(describe_secrets(encryptor))
@@ -201,8 +228,8 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
 @tenant_option(required=False, help_text="Only this tenant's endpoints.")
 @json_option
 def list_command(database_url: str, tenant: str | None, as_json: bool) -> None:  # noqa: FBT001
-    """Every endpoint (or one tenant's): id, tenant, state, event types, URL, signature scheme
-    (never a secret)."""
+    """Every endpoint (or one tenant's): id, tenant, state, event types, URL, signature scheme,
+    rate cap (never a secret)."""
     endpoints: list[Endpoint] = _repository_call(
         database_url, lambda r: r.list_endpoints(tenant=tenant)
     )
@@ -215,7 +242,38 @@ def list_command(database_url: str, tenant: str | None, as_json: bool) -> None: 
         state = "enabled" if e.enabled else f"disabled ({e.disabled_reason})"
         click.echo(
             f"{e.id:>6}  {e.tenant}  {state}  {','.join(e.event_types)}  {e.url}  {e.scheme}"
+            f"  {_rate(e)}"
         )
+
+
+@endpoints_group.command("show")
+@click.argument("endpoint_id", type=click.IntRange(min=1))
+@database_url()
+@json_option
+def show_command(endpoint_id: int, database_url: str, as_json: bool) -> None:  # noqa: FBT001
+    """One endpoint: its settings (rate cap included) and its health: last success, last failure,
+    failure streak since the last success, and why and since when it is disabled."""
+
+    async def read(repo: WebhookRepository) -> tuple[Endpoint | None, EndpointHealth]:
+        return await repo.endpoint(endpoint_id), await repo.endpoint_health(endpoint_id)
+
+    endpoint, health = _repository_call(database_url, read)
+    assert endpoint is not None  # noqa: S101 - endpoint_health refused an unknown one
+    if as_json:
+        click.echo(json.dumps({"endpoint": endpoint_json(endpoint), "health": health_json(health)}))
+        return
+    state = "enabled" if health.enabled else "disabled"
+    click.echo(f"endpoint {endpoint.id}: {endpoint.url}")
+    click.echo(f"  tenant:         {endpoint.tenant}")
+    click.echo(f"  event types:    {', '.join(endpoint.event_types)}")
+    click.echo(f"  scheme:         {endpoint.scheme}")
+    click.echo(f"  rate cap:       {_rate(endpoint)}")
+    click.echo(f"  state:          {state}")
+    if not health.enabled:
+        click.echo(f"  disabled:       {when(health.disabled_at)} ({health.disabled_reason})")
+    click.echo(f"  last success:   {when(health.last_success_at) or 'never'}")
+    click.echo(f"  last failure:   {when(health.last_failure_at) or 'never'}")
+    click.echo(f"  failure streak: {health.failure_streak}")
 
 
 @endpoints_group.command("disable")

@@ -16,6 +16,7 @@ import psycopg
 
 from outbox_adapters.cli.endpoints import _repository_call, json_option, when
 from outbox_adapters.cli.options import (
+    Failure,
     SettingError,
     database_errors,
     database_url,
@@ -23,7 +24,13 @@ from outbox_adapters.cli.options import (
     setting_error,
     tenant_option,
 )
-from outbox_adapters.postgres.webhooks import DeliveryReport, Replay, enqueue_webhook
+from outbox_adapters.postgres.webhooks import (
+    DeliveryReport,
+    Replay,
+    TenantWebhooks,
+    WebhookRefused,
+    enqueue_webhook,
+)
 from outbox_core.delivery import Status
 from outbox_core.errors import InvalidMessage
 
@@ -92,6 +99,7 @@ def enqueue_webhook_command(  # noqa: PLR0913, PLR0917 - one parameter per optio
     help="Only deliveries in this status.",
 )
 @option("--endpoint", env="OUTBOX_ENDPOINT", type=click.IntRange(min=1), help="Only this endpoint.")
+@tenant_option(required=False, help_text="Only the deliveries to this tenant's endpoints.")
 @option(
     "--limit",
     env="OUTBOX_DELIVERIES_LIMIT",
@@ -101,16 +109,18 @@ def enqueue_webhook_command(  # noqa: PLR0913, PLR0917 - one parameter per optio
     help="Groups to show.",
 )
 @json_option
-def deliveries_command(
+def deliveries_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     database_url: str,
     status: str | None,
     endpoint: int | None,
+    tenant: str | None,
     limit: int,
     as_json: bool,  # noqa: FBT001
 ) -> None:
     """Webhook deliveries grouped by status and error, with the last HTTP status and response."""
     report: DeliveryReport = _repository_call(
-        database_url, lambda r: r.deliveries(status=status, endpoint_id=endpoint, limit=limit)
+        database_url,
+        lambda r: r.deliveries(status=status, endpoint_id=endpoint, limit=limit, tenant=tenant),
     )
     if as_json:
         click.echo(json.dumps(_report_json(report)))
@@ -161,6 +171,19 @@ def _moment(value: str | None, name: str, env: str) -> datetime | None:
     return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
 
 
+def _tenant_replay(database_url: str, tenant: str, event_id: int, endpoint: int | None) -> Replay:
+    """The replay of one tenant's event, through the host API (refused for another tenant's)."""
+    with (
+        database_errors(),
+        psycopg.connect(database_url, connect_timeout=10) as conn,
+        conn.transaction(),
+    ):
+        try:
+            return TenantWebhooks(tenant).replay(conn, event_id, endpoint_id=endpoint)
+        except WebhookRefused as exc:
+            raise Failure(str(exc)) from None
+
+
 def _replay_json(replay: Replay) -> dict[str, Any]:
     return {
         "event_id": replay.event_id,
@@ -191,11 +214,16 @@ def _replay_json(replay: Replay) -> dict[str, Any]:
 @option(
     "--before", env="OUTBOX_REPLAY_BEFORE", metavar="ISO-TIME", help="With --failed: failed before."
 )
+@tenant_option(
+    required=False,
+    help_text="Only this tenant's: the event must be its, --failed replays its endpoints' only.",
+)
 @json_option
 def replay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     event_id: int | None,
     database_url: str,
     endpoint: int | None,
+    tenant: str | None,
     failed: bool,  # noqa: FBT001
     since: str | None,
     before: str | None,
@@ -215,7 +243,9 @@ def replay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         end = _moment(before, "--before", "OUTBOX_REPLAY_BEFORE")
         replays: list[Replay] = _repository_call(
             database_url,
-            lambda r: r.replay_failed(since=start, before=end, endpoint_id=endpoint, **lease),
+            lambda r: r.replay_failed(
+                since=start, before=end, endpoint_id=endpoint, tenant=tenant, **lease
+            ),
         )
     else:
         if event_id is None:
@@ -223,7 +253,9 @@ def replay_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         if since is not None or before is not None:
             raise SettingError("--since and --before go with --failed")
         replays = [
-            _repository_call(
+            _tenant_replay(database_url, tenant, event_id, endpoint)
+            if tenant is not None
+            else _repository_call(
                 database_url, lambda r: r.replay(event_id, endpoint_id=endpoint, **lease)
             )
         ]

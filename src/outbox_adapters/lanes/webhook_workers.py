@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from outbox_adapters.clock import SystemClock
 from outbox_adapters.lanes.email import email_message
+from outbox_adapters.lanes.endpoint_pacing import EndpointPacers
 from outbox_adapters.lanes.fresh_targets import FreshTargets
 from outbox_adapters.lanes.webhooks import (
     DeliveryHandler,
@@ -131,13 +132,19 @@ class WebhookWorkers:
         deliveries = PostgresStore(pool, table=outbox_webhook_delivery, endpoint_notice=notice)
         outbox = PostgresStore(pool, table=outbox_webhook)
         self._stores = (outbox, deliveries)
-        attempt = DeliveryHandler(self.repository, sender, clock=self.clock)
+        #: The endpoints' rate caps (ADR 0018): one registry for first attempts and retries.
+        self.pacers = EndpointPacers(self.clock)
+        attempt = DeliveryHandler(self.repository, sender, clock=self.clock, pacers=self.pacers)
         #: The targets each fan-out round reads for its first attempts, in one query.
         self.targets = FreshTargets(self.repository, clock=self.clock)
         self.first_attempts = BornRows(
             deliveries,
             DeliveryHandler(
-                self.targets, sender, clock=self.clock, on_gone=self.targets.endpoint_gone
+                self.targets,
+                sender,
+                clock=self.clock,
+                on_gone=self.targets.endpoint_gone,
+                pacers=self.pacers,
             ),
             delivery_config,
             lease=timing.birth_lease,

@@ -10,7 +10,9 @@ Two lanes of the one runtime carry a webhook (ADR 0018):
   (:class:`~outbox_adapters.runtime.born.BornRows`). Each row's call reports
   :meth:`~outbox_core.outcomes.Outcome.recorded_by_handler`: the runtime writes no second mark.
 - the **deliveries** (lane ``webhook_deliveries``): :class:`DeliveryHandler` makes one signed POST
-  of one delivery, whether it is a first attempt or a retry the retry worker claimed. The core
+  of one delivery, whether it is a first attempt or a retry the retry worker claimed, after its
+  endpoint's rate cap admits it (:class:`~outbox_adapters.lanes.endpoint_pacing.EndpointPacers`;
+  a delivery the cap defers is handed back unattempted). The core
   classifies the answer (``classify_http``) and decides (``decide``); the fenced mark records it,
   and a 410 disables the endpoint in the same transaction.
 
@@ -25,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
+from outbox_adapters.lanes.endpoint_pacing import EndpointPacers
 from outbox_adapters.lanes.fan_out import FanOutHandler, FanOutStore
 from outbox_adapters.runtime import LaneConfig
 from outbox_adapters.webhook_model import DELIVERY_LANE, WEBHOOK_LANE
@@ -117,6 +120,9 @@ class _Target(Protocol):
     @property
     def body(self) -> bytes: ...
 
+    @property
+    def max_per_second(self) -> int | None: ...
+
 
 class TargetStore(Protocol):
     async def delivery_target(self, delivery_id: int) -> _Target | None: ...
@@ -135,12 +141,15 @@ class DeliveryHandler:
         *,
         clock: Clock,
         on_gone: Callable[[int], None] | None = None,
+        pacers: EndpointPacers | None = None,
     ) -> None:
         self._repository = repository
         self._sender = sender
         self._clock = clock
         #: Told the endpoint of a delivery that answered 410 Gone (FreshTargets.endpoint_gone).
         self._on_gone = on_gone
+        #: The endpoints' rate caps: one registry per lane run, shared with the first attempts.
+        self.pacers = pacers or EndpointPacers(clock)
 
     async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
         started = self._clock.monotonic()
@@ -155,6 +164,13 @@ class DeliveryHandler:
             return Outcome.permanent("the delivery's event or endpoint no longer exists")
         if not target.enabled:
             return Outcome.skipped("endpoint disabled; re-enable it and replay what it missed")
+        # An endpoint's rate cap: wait for its start within half the budget, or hand the
+        # delivery back unattempted (deferred: the attempt refunded, never a failure).
+        deferred = await self.pacers.admit(
+            target.endpoint_id, target.max_per_second, started + budget.total_seconds() / 2
+        )
+        if deferred is not None:
+            return deferred
         left = budget.total_seconds() - (self._clock.monotonic() - started)
         if left <= 0:
             return Outcome.transient("no time left for the request after loading the delivery")

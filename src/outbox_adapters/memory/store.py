@@ -294,7 +294,12 @@ class MemoryStore(MemoryOperatorReads, MemoryDeliveryRows):
                 self._disable_endpoint(row.id, mark.reason)
             now = self._clock.now()
             row.take(event_for(mark))
-            row.last_error = mark.reason
+            if mark.refund:
+                # Not attempted (deferred by a cap): the attempt back, the last error and the
+                # time of the last real attempt kept, as PostgreSQL's MARK does.
+                row.attempts = max(row.attempts - 1, 0)
+            else:
+                row.last_error = mark.reason
             if mark.retry_delay is not None:
                 # In the store's clock, as PostgreSQL stamps now() + delay (not the worker's).
                 row.next_attempt_at = now + mark.retry_delay
@@ -309,7 +314,8 @@ class MemoryStore(MemoryOperatorReads, MemoryDeliveryRows):
             row.payload = patched(scrubbed(row.payload, mark.scrub_keys), mark.payload_patch)
             if mark.status in SCRUBBED_ON_MARK:
                 row.scrubbed_at = now
-            row.updated_at = now
+            if not mark.refund:
+                row.updated_at = now
         elif (known := self._rows.get(coerce_row_id(mark.row_id))) is not None:
             # PostgreSQL's MARK counts a stale mark for the lane of the row it found.
             self._stale[known.lane] = self._stale.get(known.lane, 0) + 1

@@ -36,8 +36,10 @@ from outbox_adapters.webhook_model import (
     Endpoint,
     Missed,
     Notice,
+    check_description,
     check_endpoint_url,
     check_event_types,
+    check_max_per_second,
     check_overlap,
     check_owner,
     check_reason,
@@ -189,7 +191,7 @@ class MemoryEndpointOps:
 
     # --- endpoints and secrets -------------------------------------------------------------------
 
-    async def add_endpoint(
+    async def add_endpoint(  # noqa: PLR0913 - keyword-only settings of one endpoint
         self,
         url: str,
         event_types: tuple[str, ...] | list[str],
@@ -197,12 +199,16 @@ class MemoryEndpointOps:
         tenant: str,
         owner_email: str | None = None,
         secret: str,
+        max_per_second: int | None = None,
+        description: str | None = None,
     ) -> Endpoint:
         """Register an endpoint of ``tenant`` (it receives that tenant's events only) with its
         first signing secret (the caller's): ``whsec_...`` signs ``v1``, ``whsk_...`` ``v1a``
-        (Ed25519, needs the ``crypto`` extra)."""
+        (Ed25519); ``max_per_second``: its rate cap (ADR 0018)."""
         tenant = check_tenant(tenant)
         key = parse_signing_secret(secret)
+        cap = check_max_per_second(max_per_second)
+        described = check_description(description)
         url = check_endpoint_url(url)
         types = check_event_types(event_types)
         owner = check_owner(owner_email)
@@ -212,7 +218,8 @@ class MemoryEndpointOps:
                 id=self._new_id("endpoint"), tenant=tenant, url=url, event_types=types,
                 enabled=True,
                 owner_email=owner, disabled_reason=None, disabled_at=None,
-                created_at=now, updated_at=now, scheme=scheme_of(key),
+                created_at=now, updated_at=now, scheme=scheme_of(key), max_per_second=cap,
+                description=described,
             )  # fmt: skip
             self._endpoints[endpoint.id] = endpoint
             self._secrets[endpoint.id] = [_Secret(self._new_id("secret"), endpoint.id, key, now)]
@@ -372,16 +379,20 @@ class MemoryEndpointOps:
         status: Status | str | None = None,
         endpoint_id: int | None = None,
         limit: int = 100,
+        tenant: str | None = None,
     ) -> DeliveryReport:
         """Deliveries grouped by status and error (largest group first, at most ``limit``), with
-        the last status code and response snippet of each group's most recent delivery."""
+        the last status code and response snippet of each group's most recent delivery; only the
+        deliveries to ``tenant``'s endpoints when given."""
         wanted = None if status is None else Status(status)
         await asyncio.sleep(0)
         with self._locked("deliveries"):
             rows = [
                 (row, to)
                 for row, to in self._delivery_rows()
-                if wanted in (None, row.status) and endpoint_id in (None, to)
+                if wanted in (None, row.status)
+                and endpoint_id in (None, to)
+                and (tenant is None or (to is not None and self._endpoints[to].tenant == tenant))
             ]
         groups: dict[tuple[Status, str | None], list[tuple[Row, int | None]]] = {}
         for row, to in rows:

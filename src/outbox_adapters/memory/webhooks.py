@@ -41,10 +41,11 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from outbox_adapters.memory.endpoint_health import MemoryHealthReads
 from outbox_adapters.memory.rows import Row
 from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
-from outbox_adapters.memory.webhook_endpoints import MemoryEndpointOps, WebhookEvent
+from outbox_adapters.memory.webhook_endpoints import WebhookEvent
 from outbox_adapters.store_rules import payload_json
 from outbox_adapters.webhook_keys import public_key_of, signer_of
 from outbox_adapters.webhook_model import (
@@ -73,7 +74,7 @@ from outbox_core.signing_keys import PublicKey, SigningKey
 __all__ = ["MemoryWebhookRepository", "WebhookEvent"]
 
 
-class MemoryWebhookRepository(MemoryEndpointOps):
+class MemoryWebhookRepository(MemoryHealthReads):
     """The webhook model over the caller's stores: ``outbox_store`` (the webhook outbox),
     ``delivery_store`` (the deliveries; it then takes 410 marks) and, for the owners' notices,
     ``email_store`` (PostgreSQL: ``outbox_message``). One store may serve several.
@@ -259,6 +260,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             msg_id=event.msg_id,
             event_type=event.event_type,
             body=event_body(event.event_type, event.created_at, json.loads(event.data)),
+            max_per_second=endpoint.max_per_second,
         )
 
     async def delivery_targets(
@@ -345,7 +347,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
             self._events[clone_id] = attrs.evolve(clone, replay_completed_at=now)
         return made
 
-    async def replay_failed(
+    async def replay_failed(  # noqa: PLR0913 - keyword-only filters of one replay
         self,
         *,
         since: datetime,
@@ -353,9 +355,10 @@ class MemoryWebhookRepository(MemoryEndpointOps):
         endpoint_id: int | None = None,
         birth_lease: timedelta,
         birth_token: ClaimToken | None,
+        tenant: str | None = None,
     ) -> list[Replay]:
         """Replay every delivery that failed in ``[since, before)`` (to ``endpoint_id`` only, when
-        given), one replay per (event, endpoint); deliveries to a disabled endpoint are left
+        given; to ``tenant``'s endpoints only, when given), one replay per (event, endpoint); deliveries to a disabled endpoint are left
         alone; a failure a completed replay already covered is not replayed again."""
         await asyncio.sleep(0)
         with self._locked("replay_failed"):
@@ -372,6 +375,7 @@ class MemoryWebhookRepository(MemoryEndpointOps):
                     and since <= row.resolved_at
                     and (before is None or row.resolved_at < before)
                     and self._endpoints[to].enabled
+                    and tenant in (None, self._endpoints[to].tenant)
                 ),
             )
             pairs = [pair for at, _id, pair in failed if not self._replayed(pair, at)]

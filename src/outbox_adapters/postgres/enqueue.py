@@ -59,7 +59,13 @@ from outbox_core.ports import EnqueueResult
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-__all__ = ["MAX_PAYLOAD_BYTES", "TransactionRequired", "enqueue", "enqueue_async"]
+__all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "TransactionRequired",
+    "enqueue",
+    "enqueue_async",
+    "require_transaction",
+]
 
 _NO_TRANSACTION = (
     "no open transaction; call enqueue inside your transaction "
@@ -347,6 +353,24 @@ async def _enqueue_async(
     else:
         raise TypeError(_unsupported(handle))
     return EnqueueResult(row_id=row_id, created=created)
+
+
+def require_transaction(handle: object) -> None:
+    """Raise :class:`TransactionRequired` unless ``handle`` (any handle :func:`enqueue` or
+    :func:`enqueue_async` takes) has an open transaction that is not autocommitting: what every
+    write on the host's transaction needs (the webhook host API's too)."""
+    sa_async = _async_sqlalchemy() or ()
+    if isinstance(handle, psycopg.Connection | psycopg.AsyncConnection):
+        _check_psycopg(handle)
+    elif isinstance(handle, Connection):
+        if not handle.in_transaction():
+            raise TransactionRequired(f"the SQLAlchemy connection has {_NO_TRANSACTION}")
+        _check_sqlalchemy(handle)
+    elif isinstance(handle, (Session, *sa_async)):
+        if not handle.in_transaction():  # type: ignore[attr-defined]
+            raise TransactionRequired(f"the SQLAlchemy handle has {_NO_TRANSACTION}")
+    else:
+        raise TypeError(_unsupported(handle))
 
 
 def _unsupported(handle: object) -> str:

@@ -39,6 +39,7 @@ def mark_params(mark: Mark) -> dict[str, Any]:
         "retry_delay": mark.retry_delay,
         "scrub_keys": text_array(mark.scrub_keys),
         "patch": _patch_json(mark),
+        "refund": mark.refund,
         "now": None,
     }
 
@@ -68,6 +69,7 @@ def mark_many_params(group: Sequence[Mark]) -> dict[str, Any]:
         "retry_delays": [m.retry_delay for m in group],
         "scrubs": [bool(m.scrub_keys) for m in group],
         "patches": [_patch_json(m) for m in group],
+        "refunds": [m.refund for m in group],
         "scrub_keys": text_array(next((m.scrub_keys for m in group if m.scrub_keys), frozenset())),
         "now": None,
     }

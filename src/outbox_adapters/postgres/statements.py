@@ -260,6 +260,9 @@ def per_key_order(claim: str, key: str) -> str:
 #: - ``patch`` (a JSON object, ``{}`` for none) is written over the payload after the scrub, in the
 #:   same UPDATE: what the attempt achieved, e.g. the recipients who already have the message
 #:   (``Mark.payload_patch``, ADR 0015), so it is recorded by the fenced mark or not at all;
+#: - a refund (``Mark.refund``: a deferral, the send never attempted) takes the claim's attempt
+#:   back and keeps ``last_error`` and ``updated_at`` as the last real attempt left them (what
+#:   endpoint health reads);
 #: - a stale mark bumps the row's lane in ``outbox_stale_marks`` in the same statement (the
 #:   ``stale`` CTE runs only when ``marked`` is empty, and costs nothing otherwise), so
 #:   ``outbox stats`` counts stale marks from every worker without a second round trip.
@@ -268,7 +271,8 @@ MARK = """
 WITH marked AS (
     UPDATE {queue}
     SET status = %(status)s::text,
-        last_error = %(reason)s::text,
+        last_error = CASE WHEN %(refund)s::boolean THEN last_error ELSE %(reason)s::text END,
+        attempts = CASE WHEN %(refund)s::boolean THEN greatest(attempts - 1, 0) ELSE attempts END,
         next_attempt_at = coalesce(
             coalesce(%(now)s::timestamptz, now()) + %(retry_delay)s::interval, next_attempt_at
         ),
@@ -280,7 +284,7 @@ WITH marked AS (
                        ELSE payload END,
         scrubbed_at = CASE WHEN %(status)s::text IN ('dispatched', 'skipped')
                            THEN coalesce(%(now)s::timestamptz, now()) ELSE scrubbed_at END,
-        updated_at = now()
+        updated_at = CASE WHEN %(refund)s::boolean THEN updated_at ELSE now() END
     WHERE id = %(id)s
       AND status = 'pending'
       AND claim_token = %(token)s
@@ -348,13 +352,15 @@ WITH v AS (
     SELECT *
     FROM unnest(
         %(ids)s::bigint[], %(tokens)s::text[], %(statuses)s::text[], %(reasons)s::text[],
-        %(retry_delays)s::interval[], %(scrubs)s::boolean[], %(patches)s::text[]
-    ) AS v(id, token, status, reason, retry_delay, scrub, patch)
+        %(retry_delays)s::interval[], %(scrubs)s::boolean[], %(patches)s::text[],
+        %(refunds)s::boolean[]
+    ) AS v(id, token, status, reason, retry_delay, scrub, patch, refund)
 ),
 marked AS (
     UPDATE {queue} AS m
     SET status = v.status,
-        last_error = v.reason,
+        last_error = CASE WHEN v.refund THEN m.last_error ELSE v.reason END,
+        attempts = CASE WHEN v.refund THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
         next_attempt_at = coalesce(
             coalesce(%(now)s::timestamptz, now()) + v.retry_delay, m.next_attempt_at
         ),
@@ -366,7 +372,7 @@ marked AS (
                        ELSE m.payload || v.patch::jsonb END,
         scrubbed_at = CASE WHEN v.status IN ('dispatched', 'skipped')
                            THEN coalesce(%(now)s::timestamptz, now()) ELSE m.scrubbed_at END,
-        updated_at = now()
+        updated_at = CASE WHEN v.refund THEN m.updated_at ELSE now() END
     FROM v
     WHERE m.id = v.id
       AND m.status = 'pending'
@@ -402,7 +408,8 @@ JOIN {queue} AS d ON d.id = v.id
 WHERE e.id = d.endpoint_id
   AND e.enabled
 RETURNING e.id, e.tenant, e.url, e.event_types, e.enabled, e.owner_email, e.disabled_reason,
-          e.disabled_at, e.created_at, e.updated_at, coalesce(e.scheme, 'v1') AS scheme
+          e.disabled_at, e.created_at, e.updated_at, coalesce(e.scheme, 'v1') AS scheme,
+          e.max_per_second, e.description
 """
 
 #: Give back a claimed row that was never started (graceful shutdown): due now, the claim's

@@ -54,7 +54,8 @@ _COUNTER_FOR_STATUS = {
 def count(mark: Mark, result: MarkResult | None, report: BatchReport) -> None:
     """Count one mark's result: its status when applied, stale, or not recorded (``None``)."""
     if result is MarkResult.APPLIED:
-        counter = _COUNTER_FOR_STATUS[mark.status]
+        # A deferral (attempt refunded) is a row given back, like a release, not a retry.
+        counter = "released" if mark.refund else _COUNTER_FOR_STATUS[mark.status]
         setattr(report, counter, getattr(report, counter) + 1)
     elif result is MarkResult.STALE:
         report.stale_marks += 1

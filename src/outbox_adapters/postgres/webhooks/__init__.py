@@ -1,5 +1,6 @@
 """The webhook model on PostgreSQL (ADR 0017): its tables, ``enqueue_webhook`` on the host's
-transaction, and :class:`WebhookRepository` (atomic fan-out into born-leased deliveries, delivery
+transaction, the host API of one tenant's webhooks on the host's transaction
+(:class:`TenantWebhooks`, :class:`AsyncTenantWebhooks`), and :class:`WebhookRepository` (atomic fan-out into born-leased deliveries, delivery
 targets, endpoints and their secrets, replay, endpoint health, the delivery report).
 
 The webhook outbox and the deliveries are queue tables: claim, mark and release them with the one
@@ -46,6 +47,14 @@ from outbox_adapters.postgres.webhooks.tables import (
     outbox_webhook_event,
     outbox_webhook_secret,
 )
+from outbox_adapters.postgres.webhooks.tenants import (
+    UNCHANGED,
+    AsyncTenantWebhooks,
+    CreatedEndpoint,
+    DeliveryView,
+    TenantWebhooks,
+    TestEvent,
+)
 
 __all__ = [
     "ANY_EVENT_TYPE",
@@ -53,16 +62,22 @@ __all__ = [
     "DEFAULT_SECRET_OVERLAP",
     "DELIVERY_LANE",
     "SEAL_COMMAND",
+    "UNCHANGED",
     "WEBHOOK_LANE",
+    "AsyncTenantWebhooks",
+    "CreatedEndpoint",
     "DeliveryGroup",
     "DeliveryReport",
     "DeliveryTarget",
+    "DeliveryView",
     "Endpoint",
     "FanOut",
     "Missed",
     "Replay",
     "SecretCensus",
     "SecretSealing",
+    "TenantWebhooks",
+    "TestEvent",
     "WebhookRefused",
     "WebhookRepository",
     "check_endpoint_url",

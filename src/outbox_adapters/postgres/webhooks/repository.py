@@ -49,6 +49,7 @@ from outbox_adapters.webhook_model import (
     FanOut,
     Replay,
     check_replay_target,
+    check_tenant,
     event_of,
     new_msg_id,
     ordering_key_of,
@@ -311,7 +312,7 @@ class WebhookRepository(EndpointOps, TargetReads):
         check_replay_target(event_type, tenant, endpoint_id, endpoints)
 
     @mapped_outages
-    async def replay_failed(
+    async def replay_failed(  # noqa: PLR0913 - keyword-only filters of one replay
         self,
         *,
         since: datetime,
@@ -319,9 +320,10 @@ class WebhookRepository(EndpointOps, TargetReads):
         endpoint_id: int | None = None,
         birth_lease: timedelta,
         birth_token: ClaimToken | None,
+        tenant: str | None = None,
     ) -> list[Replay]:
         """Replay every delivery that failed in ``[since, before)`` (to ``endpoint_id`` only, when
-        given), one replay per (event, endpoint). Deliveries to a disabled endpoint are left alone
+        given; to ``tenant``'s endpoints only, when given), one replay per (event, endpoint). Deliveries to a disabled endpoint are left alone
         (enable it first: that also reports what it missed); a failure already replayed by a
         completed replay is not replayed again, and an interrupted one is completed."""
         if endpoint_id is not None:
@@ -340,6 +342,7 @@ class WebhookRepository(EndpointOps, TargetReads):
                     "since": since,
                     "before": before,
                     "endpoint_id": endpoint_id,
+                    "tenant": None if tenant is None else check_tenant(tenant),
                 },
             )
         return [

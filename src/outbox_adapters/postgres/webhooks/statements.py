@@ -20,6 +20,7 @@ __all__ = [
     "ENABLE_ENDPOINT",
     "ENDPOINT",
     "ENDPOINTS",
+    "ENDPOINT_HEALTH",
     "EVENT",
     "EXPIRE_SECRETS",
     "FAILED_TO_REPLAY",
@@ -35,7 +36,8 @@ __all__ = [
 
 #: What every endpoint read returns (``Endpoint.from_record``'s fields).
 ENDPOINT_COLUMNS: Final = """id, tenant, url, event_types, enabled, owner_email, disabled_reason,
-       disabled_at, created_at, updated_at, coalesce(scheme, 'v1') AS scheme"""
+       disabled_at, created_at, updated_at, coalesce(scheme, 'v1') AS scheme, max_per_second,
+       description"""
 
 
 def subscribed(event_types: str, event_type: str) -> str:
@@ -181,6 +183,7 @@ WHERE d.lane = %(lane)s
   AND d.resolved_at >= %(since)s::timestamptz
   AND (%(before)s::timestamptz IS NULL OR d.resolved_at < %(before)s::timestamptz)
   AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+  AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s::text)
   AND e.enabled
   AND NOT EXISTS (
       SELECT FROM outbox_webhook_event AS c
@@ -196,6 +199,7 @@ ORDER BY d.resolved_at, d.id
 DELIVERY_TARGET = """
 SELECT d.id, d.event_id, d.endpoint_id, e.url, e.enabled, ev.msg_id, ev.event_type,
        ev.data::text AS data, ev.created_at, coalesce(e.scheme, 'v1') AS scheme,
+       e.max_per_second,
        ARRAY(
            SELECT s.secret FROM outbox_webhook_secret AS s
            WHERE s.endpoint_id = e.id
@@ -211,8 +215,10 @@ WHERE d.id = ANY(%(ids)s::bigint[])
 # --- endpoints ------------------------------------------------------------------------------------
 
 INSERT_ENDPOINT = f"""
-INSERT INTO outbox_webhook_endpoint (tenant, url, event_types, owner_email, scheme)
-VALUES (%(tenant)s, %(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s)
+INSERT INTO outbox_webhook_endpoint
+    (tenant, url, event_types, owner_email, scheme, max_per_second, description)
+VALUES (%(tenant)s, %(url)s, %(event_types)s::text[], %(owner_email)s, %(scheme)s,
+        %(max_per_second)s, %(description)s)
 RETURNING {ENDPOINT_COLUMNS}
 """
 
@@ -342,6 +348,28 @@ ORDER BY id
 FOR UPDATE
 """
 
+#: One endpoint's health (``endpoint_health``): its state, when its last delivery succeeded and
+#: when its last one failed (by resolution time), and its failed deliveries resolved after the
+#: last success: the current failure streak. No row: no such endpoint.
+ENDPOINT_HEALTH = """
+SELECT e.id AS endpoint_id, e.enabled, e.disabled_reason, e.disabled_at,
+       h.last_success_at, h.last_failure_at,
+       (SELECT count(*) FROM outbox_webhook_delivery AS d
+        WHERE d.endpoint_id = e.id
+          AND d.lane = %(lane)s
+          AND d.status = 'failed'
+          AND d.resolved_at > coalesce(h.last_success_at, '-infinity'::timestamptz)
+       ) AS failure_streak
+FROM outbox_webhook_endpoint AS e
+CROSS JOIN LATERAL (
+    SELECT max(d.resolved_at) FILTER (WHERE d.status = 'dispatched') AS last_success_at,
+           max(d.resolved_at) FILTER (WHERE d.status = 'failed') AS last_failure_at
+    FROM outbox_webhook_delivery AS d
+    WHERE d.endpoint_id = e.id AND d.lane = %(lane)s
+) AS h
+WHERE e.id = %(id)s
+"""
+
 # --- the operator's report ------------------------------------------------------------------------
 
 #: Deliveries grouped by status and error, largest group first; the last status code and response
@@ -358,6 +386,8 @@ FROM outbox_webhook_delivery AS d
 WHERE d.lane = %(lane)s
   AND (%(status)s::text IS NULL OR d.status = %(status)s::text)
   AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+  AND (%(tenant)s::text IS NULL
+       OR d.endpoint_id IN (SELECT id FROM outbox_webhook_endpoint WHERE tenant = %(tenant)s::text))
 GROUP BY d.status, d.last_error
 ORDER BY count(*) DESC, d.status, d.last_error NULLS FIRST
 LIMIT %(limit)s
@@ -370,5 +400,7 @@ FROM outbox_webhook_delivery AS d
 WHERE d.lane = %(lane)s
   AND (%(status)s::text IS NULL OR d.status = %(status)s::text)
   AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+  AND (%(tenant)s::text IS NULL
+       OR d.endpoint_id IN (SELECT id FROM outbox_webhook_endpoint WHERE tenant = %(tenant)s::text))
 GROUP BY d.status
 """

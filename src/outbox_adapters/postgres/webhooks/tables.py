@@ -35,6 +35,7 @@ from sqlalchemy import (
     ForeignKey,
     Identity,
     Index,
+    Integer,
     Table,
     Text,
     func,
@@ -96,6 +97,15 @@ outbox_webhook_endpoint: Final = Table(
     CheckConstraint("cardinality(event_types) >= 1", name="event_types"),
     CheckConstraint("tenant IS NOT NULL", name="tenant"),
     CheckConstraint("enabled OR disabled_at IS NOT NULL", name="disabled_at"),
+)
+#: Deliveries a second the endpoint takes at most, across the sending process (ADR 0018; NULL:
+#: no cap). Enforced by the delivery lane (``lanes.endpoint_pacing``), not by the database.
+outbox_webhook_endpoint.append_column(
+    Column("max_per_second", Integer, nullable=True, info={ADDED_LATER: True})
+)
+#: What the host or its customer calls the endpoint (NULL: nothing), shown by the portal.
+outbox_webhook_endpoint.append_column(
+    Column("description", Text, nullable=True, info={ADDED_LATER: True})
 )
 
 outbox_webhook_secret: Final = Table(

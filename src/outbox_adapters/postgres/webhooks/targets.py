@@ -87,4 +87,5 @@ class TargetReads:
             msg_id=record["msg_id"],
             event_type=record["event_type"],
             body=event_body(record["event_type"], record["created_at"], json.loads(record["data"])),
+            max_per_second=record["max_per_second"],
         )
