@@ -20,6 +20,7 @@ from starlette.routing import Mount
 from tests.support.webhooks import GUARD, Webhooks
 
 from outbox_adapters.portal import EndpointPortal
+from outbox_core.errors import ConfigurationError
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
@@ -302,6 +303,12 @@ async def test_a_form_post_is_refused(acme: httpx.AsyncClient) -> None:
         ("/api/endpoints", {"url": URL, "event_types": ["invoice*"]}, "event_types"),
         ("/api/endpoints", {"url": URL, "event_types": ["*"], "scheme": "v2"}, "scheme"),
         ("/api/endpoints", {"url": URL, "event_types": ["*"], "description": 5}, "description"),
+        (
+            "/api/endpoints",
+            {"url": URL, "event_types": ["*"], "description": "x" * 501},
+            "description",
+        ),
+        ("{one}", {"description": "a\u0007b"}, "description"),
         ("/api/endpoints", {"url": URL, "event_types": ["*"], "owner": "x"}, "owner"),
         ("/api/endpoints", [1, 2], None),
         ("/api/endpoints", "[" * 5000, None),
@@ -342,3 +349,21 @@ async def test_an_id_that_cannot_be_one_is_a_missing_endpoint(acme: httpx.AsyncC
     for text in ("0", "abc", "9" * 30, "-1"):
         got = await acme.get(f"/api/endpoints/{text}")
         assert got.status_code == 404, text
+
+
+async def test_an_async_tenant_of_is_awaited_and_a_bad_tenant_is_the_hosts_error(
+    wh: Webhooks, acme: httpx.AsyncClient
+) -> None:
+    made = await register(acme)
+
+    async def signed_in(request: Request) -> str | None:
+        return "acme" if request.headers.get("cookie") == "session=ann" else None
+
+    async with client_of(EndpointPortal(wh.pool, signed_in, guard=GUARD), None) as client:
+        assert (await client.get("/api/endpoints")).status_code == 401
+        listed = await client.get("/api/endpoints", headers={"cookie": "session=ann"})
+        assert listed.json()["endpoints"] == [made["endpoint"]]
+    broken = EndpointPortal(wh.pool, lambda request: "ac\x00me", guard=GUARD)
+    async with client_of(broken, None) as client:
+        with pytest.raises(ConfigurationError, match="tenant_of returned"):
+            await client.get("/api/endpoints")

@@ -17,7 +17,7 @@ from typing import Any, Final
 import attrs
 from starlette.requests import Request
 
-from outbox_adapters.webhook_model import check_endpoint_url
+from outbox_adapters.webhook_model import check_description, check_endpoint_url
 from outbox_adapters.webhook_scope import check_event_types
 from outbox_core.delivery import Status
 from outbox_core.errors import InvalidMessage
@@ -120,7 +120,8 @@ def _description(body: Mapping[str, Any]) -> str | None:
     value = body.get("description")
     if value is not None and not isinstance(value, str):
         raise BadRequest("description must be a string or null", field="description")
-    return (value or "").strip() or None
+    described: str | None = _ruled("description", check_description, (value or "").strip() or None)
+    return described
 
 
 def _event_types(body: Mapping[str, Any]) -> tuple[str, ...]:

@@ -97,6 +97,7 @@
     $("detail-events").textContent = e.event_types.join(", ");
     $("detail-scheme").textContent = e.scheme === "v1a" ? "v1a: Ed25519, verify with the public key (whpk_)" : "v1: HMAC-SHA256, verify with the secret (whsec_)";
     $("detail-created").textContent = when(e.created_at);
+    $("detail-rate").textContent = e.max_per_second ? `at most ${e.max_per_second} requests a second` : "no cap";
     $("enable-box").hidden = e.enabled;
     $("disable-box").hidden = !e.enabled;
     $("reveal").textContent = e.scheme === "v1a" ? "Reveal public key" : "Reveal secret";

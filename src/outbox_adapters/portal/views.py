@@ -15,6 +15,8 @@ from typing import Any, Final
 
 from starlette.responses import JSONResponse
 
+from outbox_adapters.postgres.webhooks import DeliveryView
+from outbox_adapters.webhook_model import Endpoint
 from outbox_adapters.webhook_scope import WebhookRefused
 from outbox_core.errors import BlockedDestination, InvalidMessage, StoreUnavailable
 
@@ -42,14 +44,15 @@ def _when(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def endpoint_view(endpoint: Any) -> dict[str, Any]:  # noqa: ANN401 - the tenant API's Endpoint
+def endpoint_view(endpoint: Endpoint) -> dict[str, Any]:
     """An endpoint as the page shows it: no tenant, no secret."""
     return {
         "id": endpoint.id,
         "url": endpoint.url,
         "event_types": list(endpoint.event_types),
-        "description": getattr(endpoint, "description", None),
+        "description": endpoint.description,
         "scheme": endpoint.scheme,
+        "max_per_second": endpoint.max_per_second,
         "enabled": endpoint.enabled,
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": _when(endpoint.disabled_at),
@@ -58,17 +61,14 @@ def endpoint_view(endpoint: Any) -> dict[str, Any]:  # noqa: ANN401 - the tenant
     }
 
 
-async def delivery_view(
-    delivery: Any,  # noqa: ANN401 - the tenant API's DeliveryView
-    show_data: ShowData | None,
-) -> dict[str, Any]:
+async def delivery_view(delivery: DeliveryView, show_data: ShowData | None) -> dict[str, Any]:
     """A delivery as the page lists it; ``data`` only when ``show_data`` answers something."""
     view: dict[str, Any] = {
         "id": delivery.id,
         "event_id": delivery.event_id,
         "msg_id": delivery.msg_id,
         "event_type": delivery.event_type,
-        "status": str(getattr(delivery.status, "value", delivery.status)),
+        "status": delivery.status.value,
         "attempts": delivery.attempts,
         "last_status": delivery.last_status,
         "response": delivery.response,
