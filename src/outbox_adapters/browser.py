@@ -1,5 +1,5 @@
-"""What the library's browser-facing apps share (the feed, ADR 0022; the dead-letter console, ADR
-0026): the cross-site rule for state-changing requests and the security headers of every response.
+"""What the library's browser-facing apps share (the feed, ADR 0022; the dead-letter console and
+the endpoint portal, ADR 0026): the cross-site rule for state-changing requests and the security headers of every response.
 
 :class:`BrowserGuard` wraps an ASGI app. Every response it passes gets
 ``Content-Security-Policy: frame-ancestors 'none'``, ``X-Frame-Options: DENY`` and

@@ -28,6 +28,7 @@ from outbox_adapters.lanes import in_flight as _in_flight
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.lanes import send_caps as _send_caps
+from outbox_adapters.portal import app as _portal_app
 from outbox_adapters.postgres import delivery_order as _delivery_order
 from outbox_adapters.postgres import operator_statements, statements
 from outbox_adapters.postgres import retention as _retention
@@ -723,6 +724,40 @@ MUTANTS += (
         "let ?tenant_id= override the principal's tenant",
         f"{FEED}::test_a_spoofed_tenant_id_or_audience_changes_nothing[&tenant_id=globex]",
         (_feed_routes, "principal_scope", _scope_from_query),
+    ),
+)
+
+PORTAL = "tests/integration/test_portal.py"
+
+
+async def _portal_tenant_from_query(self: Any, request: Any) -> str | None:
+    """The mutant of EndpointPortal._tenant: a ``?tenant=`` overrides the host's tenant."""
+    asked = request.query_params.get("tenant")
+    return asked or await _PORTAL_TENANT(self, request)
+
+
+_PORTAL_TENANT = _portal_app.EndpointPortal._tenant
+
+
+def _portal_unguarded(app: Any, **_settings: Any) -> Any:
+    """The mutant of the portal's BrowserGuard: the routes served bare."""
+    return app
+
+
+MUTANTS += (
+    Mutant(
+        "portal-tenant-from-query",
+        "the portal's tenant comes from the host's tenant_of only",
+        "let ?tenant= override the host's tenant",
+        f"{PORTAL}::test_the_tenant_never_comes_from_the_request",
+        (_portal_app.EndpointPortal, "_tenant", _portal_tenant_from_query),
+    ),
+    Mutant(
+        "portal-unguarded",
+        "the portal is behind BrowserGuard (cross-site changes refused, no framing)",
+        "serve the routes without the guard",
+        f"{PORTAL}::test_a_cross_site_change_is_refused_and_changes_nothing[headers0]",
+        (_portal_app, "BrowserGuard", _portal_unguarded),
     ),
 )
 

@@ -266,6 +266,8 @@ def check_all(venv_python: Path, version: str, where: Path, report: Report) -> N
     for required in (
         "outbox_adapters.deadletters/page.html",
         "outbox_adapters.deadletters/page.js",
+        "outbox_adapters.portal/page.html",
+        "outbox_adapters.portal/page.js",
     ):
         report.check(
             f"{label}: {required} is in the source tree", required in names, "missing from src/"
