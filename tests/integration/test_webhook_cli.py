@@ -217,6 +217,16 @@ def test_deliveries_and_replay_take_a_tenant_and_keep_to_it(dsn):
     listed = outbox("endpoints", "list", "--database-url", dsn, "--tenant", "globex", "--json")
     assert [e["id"] for e in json.loads(listed.stdout)["endpoints"]] == [globex["id"]]
 
+    for command in ("show", "disable", "enable", "rotate-secret", "public-key"):
+        other = outbox("endpoints", command, str(acme), "--database-url", dsn, "--tenant", "globex")
+        assert other.exit_code == 1, (command, other.output)
+        assert one_line_error(other) == f"Error: there is no webhook endpoint {acme}"
+    assert query(dsn, "SELECT enabled FROM outbox_webhook_endpoint WHERE id = %s", acme) == [
+        (True,)
+    ]
+    own = outbox("endpoints", "disable", str(acme), "--database-url", dsn, "--tenant", "acme")
+    assert own.exit_code == 0, own.output
+    outbox("endpoints", "enable", str(acme), "--database-url", dsn, "--tenant", "acme")
     mine = outbox("deliveries", "--database-url", dsn, "--tenant", "globex", "--json")
     (group,) = json.loads(mine.stdout)["groups"]
     assert group["endpoint_ids"] == [globex["id"]]
@@ -224,11 +234,11 @@ def test_deliveries_and_replay_take_a_tenant_and_keep_to_it(dsn):
     refused = outbox("replay", str(acme_fan.event_id), "--database-url", dsn, "--tenant", "globex")
     assert refused.exit_code == 1
     assert one_line_error(refused) == f"Error: there is no webhook event {acme_fan.event_id}"
-    own = outbox(
+    replayed = outbox(
         "replay", str(globex_fan.event_id), "--database-url", dsn, "--tenant", "globex", "--json"
     )
-    assert own.exit_code == 0, own.output
-    (replay,) = json.loads(own.stdout)["replays"]
+    assert replayed.exit_code == 0, replayed.output
+    (replay,) = json.loads(replayed.stdout)["replays"]
     assert replay["replay_of"] == globex_fan.event_id
     assert len(replay["deliveries"]) == 1
 

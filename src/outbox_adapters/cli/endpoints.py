@@ -34,6 +34,7 @@ from outbox_adapters.cli.options import (
     tenant_option,
     when,
 )
+from outbox_adapters.cli.tenant_scope import for_tenant
 from outbox_adapters.http import DestinationGuard
 from outbox_adapters.postgres.webhooks import (
     DEFAULT_SECRET_OVERLAP,
@@ -249,6 +250,7 @@ def list_command(database_url: str, tenant: str | None, as_json: bool) -> None: 
 @endpoints_group.command("show")
 @click.argument("endpoint_id", type=click.IntRange(min=1))
 @database_url()
+@for_tenant
 @json_option
 def show_command(endpoint_id: int, database_url: str, as_json: bool) -> None:  # noqa: FBT001
     """One endpoint: its settings (rate cap included) and its health: last success, last failure,
@@ -279,6 +281,7 @@ def show_command(endpoint_id: int, database_url: str, as_json: bool) -> None:  #
 @endpoints_group.command("disable")
 @click.argument("endpoint_id", type=click.IntRange(min=1))
 @database_url()
+@for_tenant
 @option(
     "--reason",
     env="OUTBOX_DISABLE_REASON",
@@ -301,6 +304,7 @@ def disable_command(endpoint_id: int, database_url: str, reason: str, as_json: b
 @endpoints_group.command("enable")
 @click.argument("endpoint_id", type=click.IntRange(min=1))
 @database_url()
+@for_tenant
 @json_option
 def enable_command(endpoint_id: int, database_url: str, as_json: bool) -> None:  # noqa: FBT001
     """Enable an endpoint again, and list the events it missed while disabled."""
@@ -328,6 +332,7 @@ def enable_command(endpoint_id: int, database_url: str, as_json: bool) -> None: 
 @endpoints_group.command("rotate-secret")
 @click.argument("endpoint_id", type=click.IntRange(min=1))
 @database_url()
+@for_tenant
 @option(
     "--overlap-hours",
     env="OUTBOX_SECRET_OVERLAP_HOURS",
@@ -381,6 +386,7 @@ def rotate_command(  # noqa: PLR0913, PLR0917 - one parameter per option
 @endpoints_group.command("public-key")
 @click.argument("endpoint_id", type=click.IntRange(min=1))
 @database_url()
+@for_tenant
 @encryption_keys()
 @json_option
 def public_key_command(
