@@ -17,6 +17,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Mount
+from tests.support.browser import assert_unframeable
 from tests.support.webhooks import GUARD, Webhooks
 
 from outbox_adapters.portal import EndpointPortal
@@ -251,9 +252,7 @@ async def test_every_response_forbids_framing_and_sniffing(acme: httpx.AsyncClie
         await acme.post(f"{one}/secret", json={}),
     ]
     for answer in answers:
-        assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], answer.url
-        assert answer.headers["x-frame-options"] == "DENY"
-        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert_unframeable(answer)
 
 
 @pytest.mark.parametrize(

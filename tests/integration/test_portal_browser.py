@@ -10,7 +10,6 @@ webhooks guide shows: ``OUTBOX_SCREENSHOTS=docs/screenshots``).
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import standardwebhooks
 import uvicorn
 from playwright.async_api import Page, async_playwright, expect
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Mount
+from tests.integration.test_webhook_lanes import verified
 from tests.support.browser import chromium
-from tests.support.receivers import HttpReceiver, ReceivedRequest
+from tests.support.receivers import HttpReceiver
 from tests.support.webhooks import GUARD, QUICK, TIMING, Webhooks
 
 from examples.signup_service.serve import free_port
@@ -33,7 +32,6 @@ from outbox_adapters.http import HttpxWebhookSender
 from outbox_adapters.lanes.webhook_workers import WebhookWorkers
 from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
 from outbox_adapters.portal import EndpointPortal
-from outbox_core.signing import WebhookSecret
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
@@ -83,13 +81,6 @@ async def until(check: Callable[[], Awaitable[bool] | bool]) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("the condition did not hold within 15 s")
         await asyncio.sleep(0.05)
-
-
-def verified(secret: str, request: ReceivedRequest) -> dict[str, Any]:
-    """The delivered event, after ``standardwebhooks`` checked its signature with ``secret``."""
-    key = base64.b64encode(WebhookSecret.parse(secret).key).decode()
-    event: dict[str, Any] = standardwebhooks.Webhook(key).verify(request.body, request.headers)
-    return event
 
 
 async def shoot(page: Page, name: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["chromium"]
+__all__ = ["assert_unframeable", "chromium"]
 
 
 def chromium() -> str:
@@ -21,3 +21,11 @@ def chromium() -> str:
             pytest.fail("no chromium: .ci/run installs Debian's package when it is missing")
         pytest.skip("no chromium (apt-get install -y chromium)")
     return found
+
+
+def assert_unframeable(answer: object) -> None:
+    """A browser-facing app's answer forbids framing and sniffing (``BrowserGuard``)."""
+    headers = answer.headers  # type: ignore[attr-defined]
+    assert "frame-ancestors 'none'" in headers["content-security-policy"], answer
+    assert headers["x-frame-options"] == "DENY"
+    assert headers["x-content-type-options"] == "nosniff"
