@@ -209,8 +209,15 @@ def test_deliveries_are_grouped_by_error_and_replay_makes_due_deliveries(dsn):
 
 def test_deliveries_and_replay_take_a_tenant_and_keep_to_it(dsn):
     acme = add(dsn)["endpoint"]["id"]
-    globex = add(dsn, "--tenant", "globex")["endpoint"]
+    globex = add(dsn, "--tenant", "globex", "--description", "Globex billing")["endpoint"]
     assert globex["tenant"] == "globex"  # the last --tenant given wins
+    assert globex["description"] == "Globex billing"
+    bad = outbox(
+        "endpoints", "add", "--tenant", "acme", "--database-url", dsn, "--url", "http://127.0.0.1:9/x",
+        "--event-type", "a.b", "--description", "tab\there", *LOCAL,
+    )  # fmt: skip
+    assert bad.exit_code == 2
+    assert "description" in one_line_error(bad)
     acme_fan = steps(dsn, lambda wh: wh.drained())
     globex_fan = steps(dsn, lambda wh: wh.drained(tenant="globex"))
     assert [d.payload["endpoint_id"] for d in acme_fan.deliveries] == [acme]

@@ -78,6 +78,7 @@ def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
         "created_at": when(endpoint.created_at),
         "scheme": endpoint.scheme,
         "max_per_second": endpoint.max_per_second,
+        "description": endpoint.description,
     }
 
 
@@ -159,6 +160,9 @@ def endpoints_group() -> None:
 )
 @option("--owner", env="OUTBOX_ENDPOINT_OWNER", help="Owner's e-mail, told when it is disabled.")
 @option(
+    "--description", env="OUTBOX_ENDPOINT_DESCRIPTION", help="What it is (shown by the portal)."
+)
+@option(
     "--scheme",
     env="OUTBOX_ENDPOINT_SCHEME",
     type=click.Choice(SCHEMES),
@@ -183,6 +187,7 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     url: str,
     event_types: tuple[str, ...],
     owner: str | None,
+    description: str | None,
     scheme: str,
     max_per_second: int | None,
     allow: tuple[str, ...],
@@ -208,6 +213,7 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
                 owner_email=owner,
                 secret=secret,
                 max_per_second=max_per_second,
+                description=description,
             ),
             encryptor,
         )
