@@ -294,6 +294,9 @@ class DeliveryTarget:
     body: bytes
     #: The endpoint's rate cap (deliveries a second, ADR 0018); ``None``: no cap.
     max_per_second: int | None = None
+    #: The delivery's attempt log as stored (payload ``attempt_log``; ``None``: none yet), which
+    #: this attempt's entry extends (:func:`outbox_core.attempt_log.appended`).
+    attempt_log: object = attrs.field(default=None, repr=False, eq=False)
 
 
 @attrs.frozen

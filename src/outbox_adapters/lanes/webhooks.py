@@ -14,7 +14,12 @@ Two lanes of the one runtime carry a webhook (ADR 0018):
   endpoint's rate cap admits it (:class:`~outbox_adapters.lanes.endpoint_pacing.EndpointPacers`;
   a delivery the cap defers is handed back unattempted). The core
   classifies the answer (``classify_http``) and decides (``decide``); the fenced mark records it,
-  and a 410 disables the endpoint in the same transaction.
+  and a 410 disables the endpoint in the same transaction. Every attempt that made a request
+  (delivered, transient, permanent, 410) adds its entry to the delivery's attempt log
+  (:mod:`outbox_core.attempt_log`, the last 10 attempts) in the outcome's progress, which the
+  same fenced mark writes: a stale mark writes nothing, so an attempt whose mark was refused is
+  not in the log. A deferred delivery, a disabled endpoint, or an attempt that sent nothing (no
+  secret to sign with, no time left) adds no entry.
 
 Neither has a loop, a claim or a mark of its own: both are ``Worker``s over ``PostgresStore``s of
 their tables, with these handlers and :func:`drain_lane` / :func:`delivery_lane` configs.
@@ -24,17 +29,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
 from outbox_adapters.lanes.endpoint_pacing import EndpointPacers
 from outbox_adapters.lanes.fan_out import FanOutHandler, FanOutStore
 from outbox_adapters.runtime import LaneConfig
 from outbox_adapters.webhook_model import DELIVERY_LANE, WEBHOOK_LANE
+from outbox_core.attempt_log import ATTEMPT_LOG_KEY, appended, attempt_entry
 from outbox_core.backoff import WEBHOOK_BACKOFF, ExponentialBackoff
 from outbox_core.errors import SecretUnavailable, StaleDeliveryMark
 from outbox_core.messages import ClaimedRow
-from outbox_core.outcomes import Outcome
+from outbox_core.outcomes import Outcome, OutcomeKind
 from outbox_core.ports import Clock, WebhookSender
 from outbox_core.scrub import ScrubRules
 from outbox_core.signing import webhook_headers
@@ -123,6 +129,9 @@ class _Target(Protocol):
     @property
     def max_per_second(self) -> int | None: ...
 
+    @property
+    def attempt_log(self) -> object: ...
+
 
 class TargetStore(Protocol):
     async def delivery_target(self, delivery_id: int) -> _Target | None: ...
@@ -175,7 +184,8 @@ class DeliveryHandler:
         if left <= 0:
             return Outcome.transient("no time left for the request after loading the delivery")
         # A fresh timestamp and signature on every attempt; the same webhook-id on all of them.
-        timestamp = int(self._clock.now().timestamp())
+        at = self._clock.now()
+        timestamp = int(at.timestamp())
         headers = webhook_headers(
             target.secrets, msg_id=target.msg_id, timestamp=timestamp, body=target.body
         )
@@ -184,7 +194,24 @@ class DeliveryHandler:
         )
         if outcome.disable_endpoint and self._on_gone is not None:
             self._on_gone(target.endpoint_id)
-        return _redacted(outcome, target.secrets, headers)
+        return _logged(_redacted(outcome, target.secrets, headers), target.attempt_log, at)
+
+
+def _logged(outcome: Outcome, previous: object, at: datetime) -> Outcome:
+    """``outcome`` with this attempt's entry added to the delivery's attempt log in its progress
+    (the whole new log, for the fenced mark to write); a deferral, which sent nothing, as it is."""
+    if outcome.kind is OutcomeKind.DEFERRED:
+        return outcome
+    progress = outcome.progress or {}
+    status = progress.get("last_status")
+    response = progress.get("response")
+    entry = attempt_entry(
+        at=at,
+        status=status if isinstance(status, int) and not isinstance(status, bool) else None,
+        error=None if outcome.kind is OutcomeKind.SENT else outcome.reason,
+        response=response if isinstance(response, str) else None,
+    )
+    return outcome.with_progress({**progress, ATTEMPT_LOG_KEY: appended(previous, entry)})
 
 
 def _redacted(outcome: Outcome, secrets_: Sequence[Signer], headers: Mapping[str, str]) -> Outcome:

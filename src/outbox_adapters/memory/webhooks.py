@@ -65,6 +65,7 @@ from outbox_adapters.webhook_model import (
     refused_no_event,
     tenant_of,
 )
+from outbox_core.attempt_log import ATTEMPT_LOG_KEY
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import ClaimedRow, ClaimToken, JSONObject, Mark
@@ -250,6 +251,8 @@ class MemoryWebhookRepository(MemoryHealthReads):
                 s for s in self._secrets[endpoint.id] if s.expires_at is None or s.expires_at > at
             ]
             live.sort(key=lambda s: (s.created_at, s.id), reverse=True)
+            row = self.delivery_store._rows.get(int(delivery_id))  # noqa: SLF001
+            log = _stored_log(row.payload) if row is not None else None
         return DeliveryTarget(
             delivery_id=int(delivery_id),
             event_id=event.id,
@@ -261,6 +264,7 @@ class MemoryWebhookRepository(MemoryHealthReads):
             event_type=event.event_type,
             body=event_body(event.event_type, event.created_at, json.loads(event.data)),
             max_per_second=endpoint.max_per_second,
+            attempt_log=log,
         )
 
     async def delivery_targets(
@@ -408,3 +412,13 @@ class MemoryWebhookRepository(MemoryHealthReads):
         """Every delivery the repository wrote: row id -> (event id, endpoint id)."""
         with self.delivery_store._lock:  # noqa: SLF001
             return dict(self._refs)
+
+
+def _stored_log(payload: str) -> object:
+    """A delivery row's ``payload -> 'attempt_log'`` (PostgreSQL's read): ``None`` when the
+    payload is not an object or has no log."""
+    try:
+        stored = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    return stored.get(ATTEMPT_LOG_KEY) if isinstance(stored, dict) else None

@@ -194,12 +194,13 @@ WHERE d.lane = %(lane)s
 ORDER BY d.resolved_at, d.id
 """
 
-#: Attempts' targets: each delivery, its endpoint, its event and every unexpired secret (one
+#: Attempts' targets: each delivery (with its attempt log), its endpoint, its event and every
+#: unexpired secret (one
 #: delivery for a retry, the deliveries a fan-out round just wrote for their first attempts).
 DELIVERY_TARGET = """
 SELECT d.id, d.event_id, d.endpoint_id, e.url, e.enabled, ev.msg_id, ev.event_type,
        ev.data::text AS data, ev.created_at, coalesce(e.scheme, 'v1') AS scheme,
-       e.max_per_second,
+       e.max_per_second, d.payload -> 'attempt_log' AS attempt_log,
        ARRAY(
            SELECT s.secret FROM outbox_webhook_secret AS s
            WHERE s.endpoint_id = e.id

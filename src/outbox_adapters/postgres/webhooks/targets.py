@@ -1,6 +1,7 @@
 """The attempt side of :class:`~.repository.WebhookRepository`: what an attempt of a delivery needs
 (its endpoint's URL and state, every unexpired signing secret or key, opened and bound to its
-scheme's signer, its event's stable id and exact body), read in one query for one delivery or for the deliveries a fan-out round just wrote.
+scheme's signer, its event's stable id and exact body, the delivery's attempt log), read in one
+query for one delivery or for the deliveries a fan-out round just wrote.
 """
 
 from __future__ import annotations
@@ -88,4 +89,5 @@ class TargetReads:
             event_type=record["event_type"],
             body=event_body(record["event_type"], record["created_at"], json.loads(record["data"])),
             max_per_second=record["max_per_second"],
+            attempt_log=record["attempt_log"],
         )
