@@ -1,8 +1,8 @@
 """The endpoint portal (outbox_adapters.portal) on a real database through its HTTP API: the tenant
 comes from the host's ``tenant_of`` only, two tenants never see or change each other's endpoints
 (another tenant's id is a 404 word for word like a missing one), registration and the secret
-shown once, deliveries without event data unless the host shows it, the browser rules (cross-site
-403, JSON only, no framing) and 400s naming the field."""
+shown once, deliveries (with their attempts) without event data unless the host shows it, the
+browser rules (cross-site 403, JSON only, no framing) and 400s naming the field."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -21,12 +22,14 @@ from tests.support.browser import assert_unframeable
 from tests.support.webhooks import GUARD, Webhooks
 
 from outbox_adapters.portal import EndpointPortal
+from outbox_core.attempt_log import appended, attempt_entry
 from outbox_core.errors import ConfigurationError
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
 BASE = "/settings/webhooks"
 URL = "http://127.0.0.1:9/in"
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def tenant_of(request: Request) -> str | None:
@@ -204,6 +207,25 @@ async def test_deliveries_show_event_data_only_through_the_hosts_show_data(
     assert delivery["event_id"] == sent["event_id"]
     assert delivery["event_type"] == "webhook.test"
     assert delivery["status"] == "pending"
+    assert "data" not in delivery
+    assert delivery["attempts_log"] == []
+
+    # Its attempts as the delivery marks store them (payload ``attempt_log``), oldest first.
+    log = appended(None, attempt_entry(at=T0, status=500, error="HTTP 500", response="down"))
+    log = appended(log, attempt_entry(at=T0 + timedelta(minutes=1), status=200, error=None,
+                                      response=None))  # fmt: skip
+    await wh.rows(
+        "UPDATE outbox_webhook_delivery SET payload = payload || jsonb_build_object("
+        "'attempt_log', %s::jsonb) WHERE id = %s RETURNING id",
+        json.dumps(log),
+        sent["delivery_id"],
+    )
+    [delivery] = (await acme.get(f"{one}/deliveries")).json()["deliveries"]
+    assert delivery["attempts_log"] == [
+        {"at": T0.isoformat(), "status": 500, "error": "HTTP 500", "response": "down"},
+        {"at": (T0 + timedelta(minutes=1)).isoformat(), "status": 200, "error": None,
+         "response": None},
+    ]  # fmt: skip
     assert "data" not in delivery
 
     def show(event_type: str, data: Any) -> Any:

@@ -1,6 +1,7 @@
 """The webhook lanes end to end (ADR 0018) on real PostgreSQL and real local HTTP receivers: the
 drainer's atomic fan-out, the first attempts in-process, the retry lane, 410 and 429 etiquette,
-signatures checked by the ``standardwebhooks`` package, the stored snippet with no secret in it."""
+signatures checked by the ``standardwebhooks`` package, the stored snippet with no secret in it,
+each attempt of a retried delivery in its attempt log."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.support.webhooks import GUARD, QUICK, TIMING, Webhooks, new_secret
 from outbox_adapters.http import HttpxWebhookSender
 from outbox_adapters.lanes.webhook_workers import WebhookWorkers
 from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
+from outbox_adapters.postgres.webhooks import AsyncTenantWebhooks
 from outbox_core.signing import WebhookSecret
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
@@ -149,6 +151,14 @@ async def test_a_500_is_retried_by_the_retry_lane_on_the_schedule_and_then_deliv
     assert stats.retries.retried == 1
     assert stats.retries.dispatched == 1
     assert await wh.rows("SELECT attempts FROM outbox_webhook_delivery") == [(3,)]
+    # Each attempt is in the delivery's attempt log, oldest first, as the host API lists it.
+    async with wh.pool.connection() as conn:
+        (endpoint,) = await wh.repo.list_endpoints()
+        [delivery] = await AsyncTenantWebhooks("acme", guard=GUARD).deliveries(conn, endpoint.id)
+    log = delivery.attempts_log
+    assert [a.status for a in log] == [500, 500, 200]
+    assert [a.error is None for a in log] == [False, False, True]
+    assert log[0].at <= log[1].at <= log[2].at
 
 
 async def test_retry_after_on_a_429_delays_the_next_attempt_capped_at_an_hour(

@@ -2,7 +2,7 @@
 an endpoint capped at N a second receives at most N requests in any second, first attempts and
 retries together, while an uncapped endpoint of the same run is delivered at once; the deliveries
 the cap held back were deferred unattempted (attempts refunded), so none of them ends ``failed``
-even on a schedule of three attempts.
+even on a schedule of three attempts, and none of them is in a delivery's attempt log.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.support.webhooks import GUARD, QUICK, TIMING, Webhooks, new_secret
 from outbox_adapters.http import HttpxWebhookSender
 from outbox_adapters.lanes.webhook_workers import WebhookWorkers
 from outbox_adapters.lanes.webhooks import delivery_lane, drain_lane
+from outbox_adapters.postgres.webhooks import AsyncTenantWebhooks
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
 
@@ -96,6 +97,11 @@ async def test_a_capped_endpoint_gets_at_most_its_cap_a_second_and_an_uncapped_o
     health = await wh.repo.endpoint_health(capped.id)
     assert health.failure_streak == 0
     assert health.last_failure_at is None
+    # A deferral sent nothing and logged nothing: each capped delivery's log holds its one send.
+    async with wh.pool.connection() as conn:
+        listed = await AsyncTenantWebhooks("acme", guard=GUARD).deliveries(conn, capped.id)
+    assert len(listed) == EVENTS
+    assert [[a.status for a in d.attempts_log] for d in listed] == [[200]] * EVENTS
 
 
 async def _all_dispatched(wh: Webhooks) -> bool:

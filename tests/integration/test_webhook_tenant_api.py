@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -33,6 +34,7 @@ from outbox_adapters.postgres.enqueue import TransactionRequired
 from outbox_adapters.postgres.webhooks import (
     UNCHANGED,
     AsyncTenantWebhooks,
+    AttemptView,
     TenantWebhooks,
     WebhookRefused,
 )
@@ -278,3 +280,29 @@ async def test_a_test_event_and_a_replay_reach_the_receiver_signed_with_the_reve
     assert [r.headers["webhook-id"] for r in requests] == [test.msg_id, replayed.msg_id]
     assert [r.path for r in requests] == ["/hook", "/hook"]  # the other endpoint got nothing
     assert other.endpoint.id != made.endpoint.id
+
+
+async def test_a_delivery_without_a_readable_attempt_log_lists_no_attempts(wh: Webhooks) -> None:
+    hooks = acme()
+    made = await in_tx(wh, lambda c: hooks.create_endpoint(c, URL, ["invoice.paid"]))
+    endpoint_id = made.endpoint.id
+    await in_tx(wh, lambda c: hooks.send_test_event(c, endpoint_id))
+    [delivery] = await in_tx(wh, lambda c: hooks.deliveries(c, endpoint_id))
+    assert delivery.attempts_log == ()  # written before any attempt (or before the log existed)
+    entry = {"at": "2026-03-01T12:00:00+00:00", "status": 503, "error": "HTTP 503",
+             "response": "busy"}  # fmt: skip
+    for stored, expected in [
+        ('"junk"', ()),
+        ('[1, {"at": "2026-03-01T12:00:00+00:00"}]', ()),  # not a list of objects: none
+        (
+            json.dumps([{"at": "not a time"}, entry]),  # an entry without a time is left out
+            (AttemptView(datetime(2026, 3, 1, 12, tzinfo=UTC), 503, "HTTP 503", "busy"),),
+        ),
+    ]:
+        await wh.rows(
+            "UPDATE outbox_webhook_delivery SET payload = payload || jsonb_build_object("
+            "'attempt_log', %s::jsonb) RETURNING id",
+            stored,
+        )
+        [delivery] = await in_tx(wh, lambda c: hooks.deliveries(c, endpoint_id))
+        assert delivery.attempts_log == expected

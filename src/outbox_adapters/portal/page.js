@@ -117,6 +117,36 @@
     await loadDeliveries();
   }
 
+  // A delivery's last attempts (oldest first), as a hidden row holding a small table.
+  function attemptsOf(log) {
+    const table = document.createElement("table");
+    table.className = "attempts";
+    const head = document.createElement("tr");
+    for (const title of ["attempt at", "code", "error", "response"]) {
+      const th = document.createElement("th");
+      th.textContent = title;
+      head.append(th);
+    }
+    const thead = document.createElement("thead");
+    thead.append(head);
+    const tbody = document.createElement("tbody");
+    for (const a of log) {
+      const tr = document.createElement("tr");
+      cell(tr, when(a.at));
+      cell(tr, a.status, "num");
+      cell(tr, a.error, "snippet");
+      cell(tr, a.response, "snippet");
+      tbody.append(tr);
+    }
+    table.append(thead, tbody);
+    const row = document.createElement("tr");
+    row.className = "attempts-log";
+    row.hidden = true;
+    const holder = cell(row, table);
+    holder.colSpan = 9;
+    return row;
+  }
+
   async function loadDeliveries() {
     if (!selected) return;
     const wanted = $("delivery-status").value;
@@ -135,7 +165,23 @@
       event.title = `event ${d.event_id}, webhook-id ${d.msg_id}`;
       cell(tr, event, "mono");
       cell(tr, pill(d.status === "dispatched" ? "delivered" : d.status, d.status));
-      cell(tr, d.attempts, "num");
+      const log = d.attempts_log || [];
+      let attemptsRow = null;
+      if (log.length) {
+        const toggle = document.createElement("button");
+        toggle.type = "button";
+        toggle.className = "attempts-toggle";
+        toggle.textContent = `${d.attempts} attempt${d.attempts === 1 ? "" : "s"}`;
+        toggle.setAttribute("aria-expanded", "false");
+        attemptsRow = attemptsOf(log);
+        toggle.addEventListener("click", () => {
+          attemptsRow.hidden = !attemptsRow.hidden;
+          toggle.setAttribute("aria-expanded", String(!attemptsRow.hidden));
+        });
+        cell(tr, toggle, "num");
+      } else {
+        cell(tr, d.attempts, "num");
+      }
       cell(tr, d.last_status, "num");
       cell(tr, d.response || d.last_error, "snippet");
       cell(tr, when(d.updated_at));
@@ -150,6 +196,7 @@
         td.append(button);
       }
       body.append(tr);
+      if (attemptsRow) body.append(attemptsRow);
       if (d.data !== undefined) {
         const extra = document.createElement("tr");
         extra.className = "data";

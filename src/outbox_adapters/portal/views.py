@@ -3,7 +3,9 @@ API becomes an HTTP answer.
 
 An endpoint's view never carries its tenant (the portal serves one tenant, the one the host's
 ``tenant_of`` named) nor a secret (those only come back from the reveal and the rotation, once per
-request). A delivery's view carries its event's data only through the host's ``show_data``.
+request). A delivery's view carries its event's data only through the host's ``show_data``, and
+its last attempts (``attempts_log``: time, status code, error, response snippet; the snippet was
+cleaned of secrets before it was stored).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def endpoint_view(endpoint: Endpoint) -> dict[str, Any]:
 
 
 async def delivery_view(delivery: DeliveryView, show_data: ShowData | None) -> dict[str, Any]:
-    """A delivery as the page lists it; ``data`` only when ``show_data`` answers something."""
+    """A delivery as the page lists it, with its last attempts (oldest first); ``data`` only when
+    ``show_data`` answers something."""
     view: dict[str, Any] = {
         "id": delivery.id,
         "event_id": delivery.event_id,
@@ -76,6 +79,10 @@ async def delivery_view(delivery: DeliveryView, show_data: ShowData | None) -> d
         "created_at": _when(delivery.created_at),
         "updated_at": _when(delivery.updated_at),
         "next_attempt_at": _when(delivery.next_attempt_at),
+        "attempts_log": [
+            {"at": _when(a.at), "status": a.status, "error": a.error, "response": a.response}
+            for a in delivery.attempts_log
+        ],
     }
     if show_data is not None:
         shown = await answer_of(show_data(delivery.event_type, delivery.data))

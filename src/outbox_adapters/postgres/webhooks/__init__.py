@@ -50,6 +50,7 @@ from outbox_adapters.postgres.webhooks.tables import (
 from outbox_adapters.postgres.webhooks.tenants import (
     UNCHANGED,
     AsyncTenantWebhooks,
+    AttemptView,
     CreatedEndpoint,
     DeliveryView,
     TenantWebhooks,
@@ -65,6 +66,7 @@ __all__ = [
     "UNCHANGED",
     "WEBHOOK_LANE",
     "AsyncTenantWebhooks",
+    "AttemptView",
     "CreatedEndpoint",
     "DeliveryGroup",
     "DeliveryReport",

@@ -23,6 +23,7 @@ from outbox_adapters.postgres.webhooks.tenant_values import (
     DeliveryView,
     TestEvent,
     Unchanged,
+    attempt_views,
     check_id,
 )
 from outbox_adapters.webhook_keys import (
@@ -273,6 +274,7 @@ def _view(row: dict[str, Any]) -> DeliveryView:
         updated_at=row["updated_at"],
         next_attempt_at=row["next_attempt_at"],
         data=data if isinstance(data, dict) else {},
+        attempts_log=attempt_views(row["attempt_log"]),
     )
 
 

@@ -71,12 +71,12 @@ SELECT id FROM gone
 """
 
 #: An endpoint's deliveries, newest first, with their event: what the tenant sees of each (the
-#: last attempt's status code and the stored response snippet, the attempts so far, when the next
-#: one is due while pending).
+#: last attempt's status code and the stored response snippet, the attempts so far, the attempt
+#: log (NULL for a row written before it), when the next one is due while pending).
 DELIVERY_VIEWS = """
 SELECT d.id, d.event_id, ev.msg_id, ev.event_type, d.status, d.attempts,
        d.payload ->> 'last_status' AS last_status, d.payload ->> 'response' AS response,
-       d.last_error, d.created_at, d.updated_at,
+       d.last_error, d.created_at, d.updated_at, d.payload -> 'attempt_log' AS attempt_log,
        CASE WHEN d.status = 'pending' THEN d.next_attempt_at END AS next_attempt_at,
        ev.data::text AS data
 FROM outbox_webhook_delivery AS d

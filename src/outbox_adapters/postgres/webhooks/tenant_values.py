@@ -8,12 +8,22 @@ from typing import Final
 
 import attrs
 
-from outbox_adapters.webhook_model import Endpoint
+from outbox_adapters.webhook_model import Endpoint, status_code
+from outbox_core.attempt_log import logged
 from outbox_core.delivery import Status
 from outbox_core.errors import InvalidMessage
 from outbox_core.messages import JSONObject
 
-__all__ = ["UNCHANGED", "CreatedEndpoint", "DeliveryView", "TestEvent", "Unchanged", "check_id"]
+__all__ = [
+    "UNCHANGED",
+    "AttemptView",
+    "CreatedEndpoint",
+    "DeliveryView",
+    "TestEvent",
+    "Unchanged",
+    "attempt_views",
+    "check_id",
+]
 
 
 @attrs.frozen
@@ -38,6 +48,42 @@ class CreatedEndpoint:
 
 
 @attrs.frozen
+class AttemptView:
+    """One attempt of a delivery, from its attempt log (:mod:`outbox_core.attempt_log`)."""
+
+    #: When the attempt started (the sender's clock).
+    at: datetime
+    #: The receiver's HTTP status code (``None``: no answer).
+    status: int | None
+    #: Why it failed, bounded (``None``: delivered).
+    error: str | None
+    #: The response snippet, bounded and cleaned of secrets before it was stored.
+    response: str | None
+
+
+def attempt_views(stored: object) -> tuple[AttemptView, ...]:
+    """The attempts of a stored attempt log, oldest first: none for a delivery written before the
+    log existed or a log that is not a list of objects; an entry without a readable time is left
+    out."""
+    views = []
+    for entry in logged(stored):
+        try:
+            at = datetime.fromisoformat(entry["at"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        error, response = entry.get("error"), entry.get("response")
+        views.append(
+            AttemptView(
+                at=at,
+                status=status_code(entry.get("status")),
+                error=error if isinstance(error, str) else None,
+                response=response if isinstance(response, str) else None,
+            )
+        )
+    return tuple(views)
+
+
+@attrs.frozen
 class DeliveryView:
     """One delivery as its tenant sees it."""
 
@@ -58,6 +104,9 @@ class DeliveryView:
     next_attempt_at: datetime | None
     #: The event's data (the host decides whether its customer sees it).
     data: JSONObject = attrs.field(repr=False)
+    #: Its last attempts (at most ``ATTEMPT_LOG_SIZE``, 10), oldest first; an attempt whose mark
+    #: was refused (stale) is not among them, nor a deferral that sent nothing.
+    attempts_log: tuple[AttemptView, ...] = ()
 
 
 @attrs.frozen

@@ -35,6 +35,7 @@ from outbox_adapters.postgres.handles import run, run_async
 from outbox_adapters.postgres.webhooks import tenant_ops as ops
 from outbox_adapters.postgres.webhooks.tenant_values import (
     UNCHANGED,
+    AttemptView,
     CreatedEndpoint,
     DeliveryView,
     TestEvent,
@@ -62,6 +63,7 @@ class Guard(Protocol):
 __all__ = [
     "UNCHANGED",
     "AsyncTenantWebhooks",
+    "AttemptView",
     "CreatedEndpoint",
     "DeliveryView",
     "Guard",
@@ -178,7 +180,8 @@ class AsyncTenantWebhooks(_Tenant):
         limit: int = 50,
         before_id: int | None = None,
     ) -> list[DeliveryView]:
-        """The endpoint's deliveries, newest first; ``before_id`` pages back."""
+        """The endpoint's deliveries, newest first, each with its last attempts
+        (``attempts_log``); ``before_id`` pages back."""
         operation = ops.deliveries(
             self.tenant, endpoint_id, status=status, limit=limit, before_id=before_id
         )
@@ -288,6 +291,8 @@ class TenantWebhooks(_Tenant):
         limit: int = 50,
         before_id: int | None = None,
     ) -> list[DeliveryView]:
+        """The endpoint's deliveries, newest first, each with its last attempts
+        (``attempts_log``); ``before_id`` pages back."""
         operation = ops.deliveries(
             self.tenant, endpoint_id, status=status, limit=limit, before_id=before_id
         )
