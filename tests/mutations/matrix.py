@@ -28,6 +28,7 @@ from outbox_adapters.lanes import in_flight as _in_flight
 from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.lanes import send_caps as _send_caps
+from outbox_adapters.lanes import webhooks as _webhook_lane
 from outbox_adapters.portal import app as _portal_app
 from outbox_adapters.postgres import delivery_order as _delivery_order
 from outbox_adapters.postgres import operator_statements, statements
@@ -438,6 +439,7 @@ WEBHOOK_FAN_OUT = "tests/integration/test_webhook_fan_out.py"
 WEBHOOK_FAN_OUT_BATCH = "tests/integration/test_webhook_fan_out_batch.py"
 #: The repository's semantics: one contract suite for PostgreSQL and the in-memory repository.
 WEBHOOK_CONTRACT = "tests/contract/test_webhook_repository_contract.py"
+ATTEMPT_LOG = "tests/contract/test_attempt_log_contract.py"
 
 
 def _replace_in(module: Any, name: str, old: str, new: str) -> tuple[object, str, object]:
@@ -486,6 +488,12 @@ async def _fan_out_in_two_transactions(
         )
         for row in rows
     )
+
+
+def _unlogged(outcome: Any, previous: object, at: Any) -> Any:
+    """The mutant of the delivery handler's ``_logged``: the attempt's entry is dropped."""
+    del previous, at
+    return outcome
 
 
 def _keeps_gone_endpoint(self: Any, endpoint_id: int) -> None:
@@ -537,6 +545,13 @@ MUTANTS += (
         "FreshTargets.endpoint_gone drops nothing: later first attempts POST on the old read",
         f"{WEBHOOK_FAN_OUT_BATCH}::test_after_a_410_the_first_attempts_still_to_come_skip_the_endpoint_not_post_on_an_old_read",
         (_fresh_targets.FreshTargets, "endpoint_gone", _keeps_gone_endpoint),
+    ),
+    Mutant(
+        "webhook-attempt-not-logged",
+        "each attempt's entry in the delivery's attempt log, written by its fenced mark",
+        "the delivery handler drops the attempt's entry (the outcome's progress without the log)",
+        f"{ATTEMPT_LOG}::test_a_delivery_retried_twice_then_delivered_logs_its_three_attempts[postgres]",
+        (_webhook_lane, "_logged", _unlogged),
     ),
     Mutant(
         "webhook-fan-out-batch-no-row-fence",
