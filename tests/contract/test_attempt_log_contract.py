@@ -49,6 +49,7 @@ async def attempt(wh, handler: DeliveryHandler, row: ClaimedRow) -> MarkResult:
 async def reclaim(wh) -> ClaimedRow:
     """The delivery again, claimed by the retry worker once it is due (a day from now)."""
     (row,) = await wh.claim_deliveries(now=(await wh.now()) + timedelta(days=1))
+    assert isinstance(row, ClaimedRow)
     return row
 
 
