@@ -18,6 +18,13 @@ from typing import Any
 
 import click
 
+from outbox_adapters.cli.endpoint_views import (
+    echo_handed_out,
+    endpoint_json,
+    handed_out,
+    health_json,
+    rate,
+)
 from outbox_adapters.cli.options import (
     Failure,
     SettingError,
@@ -43,7 +50,7 @@ from outbox_adapters.postgres.webhooks import (
     WebhookRefused,
     WebhookRepository,
 )
-from outbox_adapters.webhook_keys import new_signing_secret, public_key_of
+from outbox_adapters.webhook_keys import new_signing_secret
 from outbox_adapters.webhook_model import EndpointHealth
 from outbox_core.errors import (
     BlockedDestination,
@@ -52,7 +59,7 @@ from outbox_core.errors import (
     SecretUnavailable,
 )
 from outbox_core.ports import Encryptor
-from outbox_core.signing_keys import V1, V1A, SigningKey
+from outbox_core.signing_keys import V1, V1A
 from outbox_core.webhook_secrets import SCHEMES
 
 __all__ = [
@@ -63,52 +70,6 @@ __all__ = [
     "json_option",
     "when",
 ]
-
-
-def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
-    return {
-        "id": endpoint.id,
-        "tenant": endpoint.tenant,
-        "url": endpoint.url,
-        "event_types": list(endpoint.event_types),
-        "enabled": endpoint.enabled,
-        "owner_email": endpoint.owner_email,
-        "disabled_reason": endpoint.disabled_reason,
-        "disabled_at": when(endpoint.disabled_at),
-        "created_at": when(endpoint.created_at),
-        "scheme": endpoint.scheme,
-        "max_per_second": endpoint.max_per_second,
-        "description": endpoint.description,
-    }
-
-
-def health_json(health: EndpointHealth) -> dict[str, Any]:
-    return {
-        "last_success_at": when(health.last_success_at),
-        "last_failure_at": when(health.last_failure_at),
-        "failure_streak": health.failure_streak,
-    }
-
-
-def _rate(endpoint: Endpoint) -> str:
-    return "no rate cap" if endpoint.max_per_second is None else f"{endpoint.max_per_second}/s"
-
-
-def _handed_out(key_text: str) -> dict[str, str]:
-    """What the receiver is given: a v1 secret itself, or a v1a key's PUBLIC key (never the
-    private key)."""
-    if key_text.startswith("whsk_"):
-        return {"public_key": public_key_of(SigningKey.parse(key_text)).to_text()}
-    return {"secret": key_text}
-
-
-def _echo_handed_out(handed: dict[str, str]) -> None:
-    if "public_key" in handed:
-        click.echo(f"public key: {handed['public_key']}")
-        click.echo("(give the public key to the receiver; the private key is never shown)")
-    else:
-        click.echo(f"secret: {handed['secret']}")
-        click.echo("(give the secret to the receiver; it is not shown again)")
 
 
 def destination_guard(allow: Sequence[str], *, allow_http: bool) -> DestinationGuard:
@@ -202,7 +163,7 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
     encryptor = encryptor_from(encryption_keys, encryption_keys_file)
     _check_url(url, allow, allow_http=allow_http)
     secret = new_signing_secret(scheme)
-    handed = _handed_out(secret)  # v1a: the crypto extra is checked before anything is written
+    handed = handed_out(secret)  # v1a: the crypto extra is checked before anything is written
     try:
         endpoint: Endpoint = _repository_call(
             database_url,
@@ -224,9 +185,9 @@ def add_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         return
     click.echo(
         f"endpoint {endpoint.id} of tenant {endpoint.tenant!r} added for"
-        f" {', '.join(endpoint.event_types)} (scheme {endpoint.scheme}, {_rate(endpoint)})"
+        f" {', '.join(endpoint.event_types)} (scheme {endpoint.scheme}, {rate(endpoint)})"
     )
-    _echo_handed_out(handed)
+    echo_handed_out(handed)
     click.echo(describe_secrets(encryptor))
 
 
@@ -249,7 +210,7 @@ def list_command(database_url: str, tenant: str | None, as_json: bool) -> None: 
         state = "enabled" if e.enabled else f"disabled ({e.disabled_reason})"
         click.echo(
             f"{e.id:>6}  {e.tenant}  {state}  {','.join(e.event_types)}  {e.url}  {e.scheme}"
-            f"  {_rate(e)}"
+            f"  {rate(e)}"
         )
 
 
@@ -275,7 +236,7 @@ def show_command(endpoint_id: int, database_url: str, as_json: bool) -> None:  #
     click.echo(f"  tenant:         {endpoint.tenant}")
     click.echo(f"  event types:    {', '.join(endpoint.event_types)}")
     click.echo(f"  scheme:         {endpoint.scheme}")
-    click.echo(f"  rate cap:       {_rate(endpoint)}")
+    click.echo(f"  rate cap:       {rate(endpoint)}")
     click.echo(f"  state:          {state}")
     if not health.enabled:
         click.echo(f"  disabled:       {when(health.disabled_at)} ({health.disabled_reason})")
@@ -369,7 +330,7 @@ def rotate_command(  # noqa: PLR0913, PLR0917 - one parameter per option
         await repo.rotate_secret(endpoint_id, new_secret=secret, overlap=overlap)
         return secret
 
-    handed = _handed_out(_repository_call(database_url, rotate, encryptor))
+    handed = handed_out(_repository_call(database_url, rotate, encryptor))
     if as_json:
         click.echo(
             json.dumps({"endpoint_id": endpoint_id, **handed, "overlap_hours": overlap_hours})

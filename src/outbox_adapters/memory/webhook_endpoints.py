@@ -18,11 +18,11 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from typing import Any
 
 import attrs
 
-from outbox_adapters.memory.rows import Row, decoded
+from outbox_adapters.memory.delivery_report import delivery_report
+from outbox_adapters.memory.rows import Row
 from outbox_adapters.memory.stamps import stamp
 from outbox_adapters.memory.store import MemoryStore
 from outbox_adapters.store_rules import payload_json
@@ -31,7 +31,6 @@ from outbox_adapters.webhook_model import (
     DEFAULT_HEALTH_WINDOW,
     DEFAULT_SECRET_OVERLAP,
     DELIVERY_LANE,
-    DeliveryGroup,
     DeliveryReport,
     Endpoint,
     Missed,
@@ -49,7 +48,6 @@ from outbox_adapters.webhook_model import (
     owner_message,
     receives,
     refused_no_endpoint,
-    status_code,
 )
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
@@ -394,34 +392,4 @@ class MemoryEndpointOps:
                 and endpoint_id in (None, to)
                 and (tenant is None or (to is not None and self._endpoints[to].tenant == tenant))
             ]
-        groups: dict[tuple[Status, str | None], list[tuple[Row, int | None]]] = {}
-        for row, to in rows:
-            groups.setdefault((row.status, row.last_error), []).append((row, to))
-        ordered = sorted(
-            groups.items(),
-            key=lambda g: (-len(g[1]), g[0][0].value, g[0][1] is not None, g[0][1] or ""),
-        )
-        by_status: dict[Status, int] = {}
-        for row, _ in rows:
-            by_status[row.status] = by_status.get(row.status, 0) + 1
-        return DeliveryReport(
-            groups=tuple(_group(key, members) for key, members in ordered[:limit]),
-            by_status=by_status,
-        )
-
-
-def _group(key: tuple[Status, str | None], members: list[tuple[Row, int | None]]) -> DeliveryGroup:
-    newest = max((row for row, _ in members), key=lambda r: (r.updated_at, r.id))
-    payload = decoded(newest.payload)
-    last: dict[str, Any] = payload if isinstance(payload, dict) else {}
-    response = last.get("response")
-    return DeliveryGroup(
-        status=key[0],
-        error=key[1],
-        deliveries=len(members),
-        first_at=min(row.updated_at for row, _ in members),
-        last_at=newest.updated_at,
-        last_status=status_code(last.get("last_status")),
-        response=None if response is None else str(response),
-        endpoint_ids=tuple(sorted({to for _, to in members if to is not None})),
-    )
+        return delivery_report(rows, limit)
