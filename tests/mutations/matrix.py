@@ -576,6 +576,7 @@ MUTANTS += (
 
 EVENT_CLAIM = "tests/integration/test_event_claim_order.py"
 EVENT_RELAY = "tests/integration/test_event_relay.py"
+RELAY_WINDOW = "tests/integration/test_relay_window_order.py"
 
 
 def _no_key_order(claim: str, key: str) -> str:
@@ -594,6 +595,21 @@ async def _publish_not_awaited(publisher: Any, message: Any, budget: Any) -> Out
 
 
 _FIRED: set[Any] = set()
+
+
+def _any_turn(batch: Any, key: str) -> asyncio.Lock:
+    """The mutant of relay.key_turn: a fresh lock each time, so a key's rows do not wait for each
+    other (a later event goes out while the earlier one is unacknowledged)."""
+    del batch, key
+    return asyncio.Lock()
+
+
+def _never_held_back(batch: Any, key: str) -> bool:
+    """The mutant of relay.held_back: a key whose earlier row failed in the batch publishes its
+    later rows anyway."""
+    del batch, key
+    return False
+
 
 MUTANTS += (
     Mutant(
@@ -623,6 +639,20 @@ MUTANTS += (
         "publish without waiting for the ack and answer sent (the mark is written whatever the broker says)",
         f"{EVENT_RELAY}::test_published_at_is_set_only_after_the_broker_acknowledged",
         (_relay, "publish_acknowledged", _publish_not_awaited),
+    ),
+    Mutant(
+        "relay-key-not-awaited",
+        "per-key order in a relay window: a key's next event only after the earlier one's ack",
+        "no per-key turn (every row of the window on the wire at once)",
+        f"{RELAY_WINDOW}::test_a_key_s_later_event_is_not_published_before_the_earlier_one_s_late_puback",
+        (_relay, "key_turn", _any_turn),
+    ),
+    Mutant(
+        "relay-past-a-failed-event",
+        "per-key order in a relay window: a failed event holds its key's later events back",
+        "publish a key's later rows after its earlier row failed in the batch",
+        f"{RELAY_WINDOW}::test_an_unacknowledged_event_holds_its_key_s_later_events_back_for_the_retry",
+        (_relay, "held_back", _never_held_back),
     ),
 )
 

@@ -6,6 +6,7 @@ in flight; a row that is not an event is refused with the reason."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,11 +38,15 @@ class Scripted:
     def __init__(self, **answers: Outcome | type[BaseException]) -> None:
         self.answers = answers
         self.asked: list[str] = []
+        #: ("asked" | "answered", message id), in the order they happened.
+        self.timeline: list[tuple[str, str]] = []
 
     async def publish(self, message: BrokerMessage, *, budget: timedelta) -> Outcome:
         del budget
         self.asked.append(message.message_id)
+        self.timeline.append(("asked", message.message_id))
         await asyncio.sleep(0.01)
+        self.timeline.append(("answered", message.message_id))
         answer = self.answers.get(message.message_id.replace("-", "_"), Outcome.sent())
         if isinstance(answer, type):
             raise answer
@@ -88,6 +93,13 @@ async def test_rows_of_one_key_in_flight_together_are_published_in_order() -> No
         "evt-6",
         "evt-8",
     ]
+    # Each was offered only once its key's previous one was answered; the keys overlapped.
+    for key_rows in (rows[0::2], rows[1::2]):
+        ids = [f"evt-{r.id}" for r in key_rows]
+        for earlier, later in itertools.pairwise(ids):
+            answered = publisher.timeline.index(("answered", earlier))
+            assert publisher.timeline.index(("asked", later)) > answered
+    assert publisher.timeline[:2] == [("asked", "evt-1"), ("asked", "evt-2")]
 
 
 async def test_the_memory_broker_stores_what_the_handler_sent() -> None:

@@ -51,6 +51,8 @@ __all__ = [
     "RELAY_LANE",
     "RelayHandler",
     "event_message",
+    "held_back",
+    "key_turn",
     "publish_acknowledged",
     "relay_disabled_warning",
     "relay_lane",
@@ -163,8 +165,36 @@ class _Batch:
     locks: dict[str, asyncio.Lock] = attrs.Factory(dict)
 
 
+def key_turn(batch: _Batch, key: str) -> asyncio.Lock:
+    """The lock that puts ``key``'s rows of ``batch`` one after the other: a row takes it before
+    its publish and gives it back after the broker answered, so a key's later event is never on
+    the wire while its earlier one is unacknowledged. (The matrix's "key not awaited" mutant hands
+    out a fresh lock each time.)"""
+    lock = batch.locks.get(key)
+    if lock is None:
+        lock = batch.locks[key] = asyncio.Lock()
+    return lock
+
+
+def held_back(batch: _Batch, key: str) -> bool:
+    """Whether an earlier row of ``key`` in ``batch`` did not go out (its later rows then wait for
+    the next claim). (The matrix's "past a failed event" mutant answers no.)"""
+    return key in batch.failed
+
+
 class RelayHandler:
-    """Publishes one event-outbox row (``ports.RowHandler``)."""
+    """Publishes one event-outbox row (``ports.RowHandler``).
+
+    Order inside a window (ADR 0023): the runtime starts a window's rows at once, so rows of
+    different keys are on the wire together, while a key's rows take their turn (:func:`key_turn`)
+    in claim order, each published only once the previous one was acknowledged. A row that does not
+    go out — a transient answer, a publish that raised or was cut off by its deadline (it may have
+    been stored: the retry's ``Nats-Msg-Id`` makes the broker drop the copy) — marks its key
+    failed for the batch (:func:`held_back`): the key's later rows are answered transient
+    (:data:`EARLIER_UNPUBLISHED`) without being offered to the broker. They wait, with the failed
+    row, for the next claim, which hands the key's rows out again in id order once the failed row
+    is due: the key's events reach the broker in their outbox order.
+    """
 
     def __init__(self, publisher: Publisher) -> None:
         self._publisher = publisher
@@ -179,11 +209,9 @@ class RelayHandler:
     async def __call__(self, row: ClaimedRow, *, budget: timedelta) -> Outcome:
         message = relay_message(row)  # InvalidPayload: the runtime fails the row at once
         batch = self._batch_of(row.token)
-        # Rows of one key are published one after the other, in claim (id) order, even with several
-        # rows in flight: the lock is taken in the order the runtime starts the rows.
-        lock = batch.locks.setdefault(message.key, asyncio.Lock())
-        async with lock:
-            if message.key in batch.failed:
+        # The turn is taken in the order the runtime starts the rows: claim (id) order.
+        async with key_turn(batch, message.key):
+            if held_back(batch, message.key):
                 return Outcome.transient(EARLIER_UNPUBLISHED)
             try:
                 outcome = await publish_acknowledged(self._publisher, message, budget)

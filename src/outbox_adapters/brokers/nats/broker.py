@@ -103,6 +103,9 @@ class NatsBroker:
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
         self._client: Client | None = None
+        #: The JetStream context of ``_client`` (one per connection: it holds the asynchronous
+        #: publishes' reply subscription).
+        self._js: nats.js.JetStreamContext | None = None
         self._lock = asyncio.Lock()
 
     async def jetstream(self) -> nats.js.JetStreamContext:
@@ -124,11 +127,21 @@ class NatsBroker:
                         error_cb=self._on_error,
                         disconnected_cb=self._on_disconnect,
                     )
-            js = self._client.jetstream(timeout=self._request_timeout)
+                self._js = self._client.jetstream(timeout=self._request_timeout)
+            js = self._js
+            assert js is not None  # noqa: S101 - set with the client
             while self._pending:
                 await self._declare(js, self._pending[0])
                 self._pending.pop(0)
             return js
+
+    def ready(self) -> nats.js.JetStreamContext | None:
+        """The JetStream context while connected with every stream declared, else ``None``: the
+        publish path's look-up, without the lock or an await (:meth:`jetstream` connects)."""
+        client = self._client
+        if client is None or client.is_closed or self._pending:
+            return None
+        return self._js
 
     @property
     def closed(self) -> bool:
@@ -278,7 +291,7 @@ class NatsBroker:
         )
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
+        client, self._client, self._js = self._client, None, None
         if client is not None and not client.is_closed:
             try:
                 await client.drain()
@@ -288,7 +301,13 @@ class NatsBroker:
 
 
 class NatsPublisher:
-    """``ports.Publisher`` on JetStream: ``sent`` only on a PubAck."""
+    """``ports.Publisher`` on JetStream: ``sent`` only on a PubAck.
+
+    The message goes out with nats-py's asynchronous publish (one reply subscription per
+    connection, a future per message) and the PubAck is awaited within ``budget``: several
+    publishes of one process (a relay window's keys) are on the wire at once, each answered by its
+    own acknowledgement.
+    """
 
     def __init__(self, broker: NatsBroker) -> None:
         self.broker = broker
@@ -296,15 +315,15 @@ class NatsPublisher:
     async def publish(self, message: BrokerMessage, *, budget: timedelta) -> Outcome:
         headers = {EVENT_ID_HEADER: message.message_id, **message.headers}
         headers[MSG_ID] = message.message_id
-        seconds = budget.total_seconds()
         connected = False
         try:
-            async with asyncio.timeout(seconds):
-                js = await self.broker.jetstream()
+            async with asyncio.timeout(budget.total_seconds()):
+                js = self.broker.ready() or await self.broker.jetstream()
                 connected = True
-                ack = await js.publish(
-                    message.subject, message.body, timeout=seconds, headers=headers
+                acknowledged = await js.publish_async(
+                    message.subject, message.body, headers=headers
                 )
+                await acknowledged
         except BrokerUnavailable as exc:
             return Outcome.transient(str(exc))
         except Exception as exc:
@@ -314,5 +333,6 @@ class NatsPublisher:
             if not connected and self.broker.why():
                 return attrs.evolve(outcome, reason=f"{outcome.reason}{self.broker.why()}")
             return outcome
-        del ack  # stored (ack.seq), or a duplicate of a stored one (ack.duplicate): sent either way
+        # Stored (the PubAck's seq), or a duplicate of a stored one (its duplicate flag): sent
+        # either way.
         return Outcome.sent()
