@@ -14,6 +14,13 @@ its garbage collector paused while a series runs; the server is in its own proce
 share the clients' event loop or GIL, or the figure would measure the two fighting over one core),
 its collector untouched. Goal: p99 < 50 ms at 1,000 streams.
 
+Two more figures per run: the 5,000-stream series over TWO server processes (2,500 streams each,
+one LISTEN connection each: how a host scales the feed out; goal p99 < 150 ms), and the memory an
+open stream costs the server (its resident set with the 1,000 streams open, less before they
+were, per stream). Each server process reports, when it ends, its full (generation-2) garbage
+collections: how many and the longest, since one landing inside an insert's fan-out is what the
+p99 is made of on this machine (docs/benchmarks.md, "The feed under load").
+
 ``python -m bench.feed serve DSN`` is the server process (its port on stdout; it ends when its
 stdin closes).
 """
@@ -22,13 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import importlib
+import json
 import random
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, Final, cast
 
 import psycopg
@@ -40,6 +50,9 @@ from bench.stats import Figure, percentile
 __all__ = ["measure"]
 
 STREAM_COUNTS: Final = (1, 100, 1000)
+#: The scaled-out series: this many streams over :data:`PROCESSES` server processes.
+SCALED_STREAMS: Final = 5000
+PROCESSES: Final = 2
 #: Longest wait for every stream to receive one insert's refresh before the run is abandoned.
 ARRIVAL_TIMEOUT: Final = 10.0
 PAUSE: Final = 0.05
@@ -84,9 +97,32 @@ class _Stream(asyncio.Protocol):
             self.opened.set_result(False)
 
 
+def _itself(stream: _Stream) -> _Stream:
+    """The protocol factory of one already made client."""
+    return stream
+
+
+class _Served:
+    """A feed server process: its port and pid, and (once it ended) what its collector did."""
+
+    def __init__(self, port: int, pid: int) -> None:
+        self.port = port
+        self.pid = pid
+        #: ``{"full": n, "longest_ms": x}``: generation-2 collections while it served.
+        self.collections: dict[str, float] = {}
+
+    def rss_kib(self) -> int | None:
+        """The process's resident set (Linux ``/proc``), or ``None`` where there is none."""
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return None
+        return int(status.split("VmRSS:")[1].split()[0])
+
+
 @contextlib.asynccontextmanager
-async def _server(dsn: str) -> AsyncIterator[int]:
-    """The feed on uvicorn in a process of its own; its port."""
+async def _server(dsn: str) -> AsyncIterator[_Served]:
+    """The feed on uvicorn in a process of its own."""
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.feed", "serve", dsn,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -96,18 +132,33 @@ async def _server(dsn: str) -> AsyncIterator[int]:
     try:
         async with asyncio.timeout(30):
             line = await child.stdout.readline()
-        yield int(line.split()[1])
+        served = _Served(int(line.split()[1]), child.pid)
+        yield served
     finally:
         child.stdin.close()
         try:
             async with asyncio.timeout(10):
+                report = await child.stdout.readline()
                 await child.wait()
+            if report.startswith(b"gc "):
+                served.collections = json.loads(report[3:])
         except TimeoutError:
             child.kill()
             await child.wait()
 
 
-async def _series(dsn: str, port: int, streams: int, inserts: int, seed: int) -> list[float]:
+async def _series(  # noqa: PLR0913 - one series' shape
+    dsn: str,
+    servers: list[_Served],
+    streams: int,
+    inserts: int,
+    *,
+    seed: int,
+    opened: Callable[[], None] | None = None,
+) -> list[float]:
+    """``streams`` SSE streams spread over ``servers`` in turn, then ``inserts`` timed inserts;
+    every (insert, stream) latency in ms. ``opened`` is called once every stream is open and the
+    servers idle again, before the first insert."""
     loop = asyncio.get_running_loop()
     pending = [0]
     done = asyncio.Event()
@@ -122,13 +173,22 @@ async def _series(dsn: str, port: int, streams: int, inserts: int, seed: int) ->
         for start in range(0, streams, 100):  # connect in waves: the accept queue is finite
             wave = [_Stream(arrived) for _ in range(min(100, streams - start))]
             await asyncio.gather(
-                *(loop.create_connection(lambda s=s: s, "127.0.0.1", port) for s in wave)
+                *(
+                    loop.create_connection(
+                        functools.partial(_itself, s),
+                        "127.0.0.1",
+                        servers[(start + n) % len(servers)].port,
+                    )
+                    for n, s in enumerate(wave)
+                )
             )
             async with asyncio.timeout(30):
                 if not all(await asyncio.gather(*(s.opened for s in wave))):
                     raise RuntimeError("a feed stream was refused (not 200)")
             clients += wave
         await asyncio.sleep(0.5)  # every stream subscribed; the server is idle again
+        if opened is not None:
+            opened()
         pauses = random.Random(seed)  # noqa: S311 - spacing, not secrets
         latencies: list[float] = []
         # The clients are the instrument, not the system measured (a browser is a process of its
@@ -161,30 +221,62 @@ async def _series(dsn: str, port: int, streams: int, inserts: int, seed: int) ->
 async def measure(
     server_dsn: str, sizes: Sizes, runs: int, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    p50: dict[int, list[float]] = {n: [] for n in STREAM_COUNTS}
-    p99: dict[int, list[float]] = {n: [] for n in STREAM_COUNTS}
+    p50: dict[int, list[float]] = {n: [] for n in (*STREAM_COUNTS, SCALED_STREAMS)}
+    p99: dict[int, list[float]] = {n: [] for n in (*STREAM_COUNTS, SCALED_STREAMS)}
+    per_stream_kib: list[float] = []
+    full_gcs: list[float] = []
+    longest_gc: list[float] = []
+
+    def note(streams: int, series: list[float], where: str) -> None:
+        p50[streams].append(percentile(series, 50))
+        p99[streams].append(percentile(series, 99))
+        log(
+            f"feed run {len(p99[streams])}: {streams} streams{where}, p50"
+            f" {p50[streams][-1]:.1f} ms, p99 {p99[streams][-1]:.1f} ms"
+        )
+
     with fresh_database(server_dsn, "feed") as dsn:
         for run in range(runs):
-            async with _server(dsn) as port:
+            async with _server(dsn) as server:
                 for streams in STREAM_COUNTS:
-                    series = await _series(dsn, port, streams, sizes.feed_inserts, seed=run)
-                    p50[streams].append(percentile(series, 50))
-                    p99[streams].append(percentile(series, 99))
-                    log(
-                        f"feed run {run + 1}: {streams} streams, p50 {p50[streams][-1]:.1f} ms,"
-                        f" p99 {p99[streams][-1]:.1f} ms"
+                    before = server.rss_kib()
+
+                    def opened(before: int | None = before, streams: int = streams) -> None:
+                        after = server.rss_kib()
+                        if streams == max(STREAM_COUNTS) and before and after:
+                            per_stream_kib.append((after - before) / streams)
+
+                    series = await _series(
+                        dsn, [server], streams, sizes.feed_inserts, seed=run, opened=opened
                     )
+                    note(streams, series, "")
+            async with contextlib.AsyncExitStack() as stack:
+                servers = [await stack.enter_async_context(_server(dsn)) for _ in range(PROCESSES)]
+                series = await _series(dsn, servers, SCALED_STREAMS, sizes.feed_inserts, seed=run)
+                note(SCALED_STREAMS, series, f" over {PROCESSES} processes")
+            for served in (server, *servers):
+                full_gcs.append(served.collections.get("full", 0))
+                longest_gc.append(served.collections.get("longest_ms", 0.0))
+    figures: dict[str, Any] = {
+        f"streams_{n}": {"p50_ms": Figure.of(p50[n], "ms"), "p99_ms": Figure.of(p99[n], "ms")}
+        for n in STREAM_COUNTS
+    }
+    figures[f"streams_{SCALED_STREAMS}_{PROCESSES}_processes"] = {
+        "p50_ms": Figure.of(p50[SCALED_STREAMS], "ms"),
+        "p99_ms": Figure.of(p99[SCALED_STREAMS], "ms"),
+    }
     return {
         "inserts": sizes.feed_inserts,
         "variant": (
             f"one server process (uvicorn with {_http_parser()}, Feed, one LISTEN connection);"
             " every stream of one scope; clock from just before the INSERT to the refresh bytes"
-            " at each client"
+            f" at each client; and {SCALED_STREAMS:,} streams over {PROCESSES} such processes"
         ),
-        **{
-            f"streams_{n}": {"p50_ms": Figure.of(p50[n], "ms"), "p99_ms": Figure.of(p99[n], "ms")}
-            for n in STREAM_COUNTS
-        },
+        **figures,
+        "memory_per_stream_kib": Figure.of(per_stream_kib, "KiB") if per_stream_kib else None,
+        "server_full_collections": Figure.of(full_gcs, "collections"),
+        "server_longest_full_collection_ms": Figure.of(longest_gc, "ms"),
+        "goal": f"p99 < 50 ms at 1,000 streams; < 150 ms at {SCALED_STREAMS:,} over {PROCESSES}",
     }
 
 
@@ -213,7 +305,8 @@ async def _serve(dsn: str) -> None:
 
     # Every bench stream is the one principal's: the caps (10 a principal, 1,000 a process by
     # default) are raised so that a series' streams and the last series' closing ones all fit.
-    most = 2 * max(STREAM_COUNTS)
+    most = 2 * max(*STREAM_COUNTS, SCALED_STREAMS)
+    collections = _FullCollections()
     settings = FeedSettings(send_timeout=30, max_streams_per_principal=most, max_streams=most)
     async with Feed(dsn, everyone_operates, settings=settings) as feed:
         config = uvicorn.Config(
@@ -233,6 +326,28 @@ async def _serve(dsn: str) -> None:
         await feed.aclose()
         server.should_exit = True
         await serving
+    sys.stdout.write(f"gc {json.dumps(collections.report())}\n")
+    sys.stdout.flush()
+
+
+class _FullCollections:
+    """Times this process's generation-2 garbage collections (a ``gc.callbacks`` entry)."""
+
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+        self._started = 0.0
+        gc.callbacks.append(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:  # the oldest generation
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.durations.append((time.perf_counter() - self._started) * 1000.0)
+
+    def report(self) -> dict[str, float]:
+        return {"full": len(self.durations), "longest_ms": max(self.durations, default=0.0)}
 
 
 if __name__ == "__main__":
