@@ -59,7 +59,7 @@ from outbox_adapters.telemetry.metrics import LaneMetrics
 from outbox_adapters.telemetry.tracing import consuming
 from outbox_core.brokers import DLQ_REASON
 from outbox_core.errors import InvalidPayload, StoreDataError, StoreUnavailable
-from outbox_core.events import decode_event
+from outbox_core.events import EventEnvelope, decode_event
 from outbox_core.failures import MAX_FAILURES, FailureTally
 from outbox_core.outcomes import OutcomeKind
 from outbox_core.ports import Consumer, Publisher, ReceivedMessage
@@ -169,7 +169,9 @@ class ChannelConsumer:
                     break
                 finally:
                     following = None
-                self._slots.start(_event_key(message), self.handle(message))
+                decoded = _decoded(message)
+                key = decoded.key if isinstance(decoded, EventEnvelope) else None
+                self._slots.start(key, self.handle(message, decoded=decoded))
         except asyncio.CancelledError:
             self._slots.cancel()  # cancelled from outside: so are the handlings in progress
             raise
@@ -204,8 +206,11 @@ class ChannelConsumer:
         if ready is not None:
             await ready()
 
-    async def handle(self, message: ReceivedMessage) -> None:
+    async def handle(
+        self, message: ReceivedMessage, *, decoded: EventEnvelope | InvalidPayload | None = None
+    ) -> None:
         """Settle one delivery: ack, or nak with a delay. Never raises for the event's trouble.
+        ``decoded``: the body's event (or why it is none) when the caller decoded it already.
 
         It runs in a CONSUMER span linked to the enqueue whose W3C context the relay put in the
         message's headers (ADR 0028); the rows a channel writes meanwhile carry this span's context.
@@ -216,11 +221,13 @@ class ChannelConsumer:
             headers=message.headers,
             group=self.channel.name,
         ):
-            await self._handle(message)
+            await self._handle(message, decoded or _decoded(message))
 
-    async def _handle(self, message: ReceivedMessage) -> None:
+    async def _handle(
+        self, message: ReceivedMessage, decoded: EventEnvelope | InvalidPayload
+    ) -> None:
         self.stats.delivered += 1
-        delay, failed = await self._attempt(message)
+        delay, failed = await self._attempt(message, decoded)
         if failed and self.failures.failed(message.message_id):
             self.stats.exhausted += 1
             count = self.failures.count(message.message_id)
@@ -228,12 +235,14 @@ class ChannelConsumer:
             delay = await self._give_up(message, FAILING, why, delay or self.retry_delay)
         await self._finish(message, delay)
 
-    async def _attempt(self, message: ReceivedMessage) -> tuple[timedelta | None, str]:
+    async def _attempt(
+        self, message: ReceivedMessage, decoded: EventEnvelope | InvalidPayload
+    ) -> tuple[timedelta | None, str]:
         """The per-message guard: whatever the event does, ``None`` (ack) or a nak delay, and
         what failed when this handling counts as a failure (else ``""``)."""
         try:
             async with asyncio.timeout(self.event_deadline.total_seconds()):
-                return await self._settle(message), ""
+                return await self._settle(message, decoded), ""
         except TimeoutError:
             self.stats.overruns += 1
             self.metrics.overran()
@@ -303,13 +312,13 @@ class ChannelConsumer:
             return otherwise
         return None
 
-    async def _settle(self, message: ReceivedMessage) -> timedelta | None:
+    async def _settle(
+        self, message: ReceivedMessage, event: EventEnvelope | InvalidPayload
+    ) -> timedelta | None:
         """``None`` when the message was acknowledged-worthy; else the nak delay."""
-        try:
-            event = decode_event(message.body)
-        except InvalidPayload as exc:
+        if isinstance(event, InvalidPayload):
             self.stats.undecodable += 1
-            parked = Parked(UNDECODABLE, str(exc), attempts=message.deliveries)
+            parked = Parked(UNDECODABLE, str(event), attempts=message.deliveries)
             await self._park(message, message.message_id, None, (parked,))
             return None
         settlement = await self.channel.deliver(event, message)
@@ -385,9 +394,10 @@ class ChannelConsumer:
             )
 
 
-def _event_key(message: ReceivedMessage) -> str | None:
-    """The event key the delivery's handling is ordered by (``None``: undecodable, unordered)."""
+def _decoded(message: ReceivedMessage) -> EventEnvelope | InvalidPayload:
+    """The delivery's event, or why its body is none (decoded once: its key orders the handling,
+    the event is what the channel delivers)."""
     try:
-        return decode_event(message.body).key
-    except InvalidPayload:
-        return None
+        return decode_event(message.body)
+    except InvalidPayload as exc:
+        return exc

@@ -19,7 +19,11 @@ row                the recipient is
                    worker crashed, claims it again once the lease runs out
 =================  ==========================================================================
 
-A redelivered event finds its rows (the key exists: nothing new is written). A failed row whose
+A redelivered event finds its rows (the key exists: nothing new is written). The channel remembers
+what it rendered for the events it is waiting on (:data:`REMEMBERED` at most, dropped once an
+event is terminal), so a recheck in the same process reads the rows back without building its
+recipients' messages again; another process, or one that forgot, builds them anew, and the
+insert-or-nothing makes that the same. A failed row whose
 park ``outbox dlq redrive`` lifted is put back to pending once, audited
 (:meth:`RecipientRowStore.rearm`), so a redrive sends what failed. The channel never
 sends anything itself: every guarantee of the lane's handler (for e-mail: strict TLS, scrub,
@@ -28,6 +32,7 @@ suppression, fenced marks) applies because the row is sent by that lane's runtim
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Final, Protocol
@@ -45,6 +50,7 @@ from outbox_core.ports import ReceivedMessage
 __all__ = [
     "RECHECK",
     "RECHECK_CAP",
+    "REMEMBERED",
     "Recipient",
     "RecipientRowStore",
     "RowChannel",
@@ -57,6 +63,9 @@ __all__ = [
 RECHECK: Final = timedelta(seconds=0.25)
 #: The longest a nak'd event waits before it is looked at again.
 RECHECK_CAP: Final = timedelta(seconds=30)
+#: Events in progress whose rendered recipients a channel keeps for their rechecks (the oldest
+#: are forgotten first; a forgotten event's recipients are built again on its next delivery).
+REMEMBERED: Final = 1024
 
 
 class RecipientRowStore(Protocol):
@@ -115,20 +124,18 @@ class RowChannel:
         self.recipients = recipients
         self.recheck = recheck
         self.recheck_cap = recheck_cap
+        #: The rendered recipients of the events in progress, by event id (oldest first).
+        self._rendered: OrderedDict[str, tuple[dict[str, NewMessage], tuple[Parked, ...]]] = (
+            OrderedDict()
+        )
 
     @property
     def name(self) -> str:
         return self._name
 
     async def deliver(self, event: EventEnvelope, message: ReceivedMessage) -> Settlement:
-        parked: list[Parked] = []
-        messages: dict[str, NewMessage] = {}
-        for recipient in self.recipients(event):
-            if recipient.message is None:
-                parked.append(Parked(recipient.kind, str(recipient.refusal), attempts=0))
-                continue
-            key = recipient_key(event.id, recipient.kind)
-            messages[recipient.kind] = attrs.evolve(recipient.message, idempotency_key=key)
+        messages, refused = self._recipients_of(event)
+        parked = list(refused)
         rows = await self.rows.ensure(list(messages.values())) if messages else {}
         if any(row.status is Status.FAILED for row in rows.values()) and await self._rearm(event):
             # A redriven event: the rows whose park was lifted are pending again; read them back.
@@ -144,9 +151,33 @@ class RowChannel:
             elif row.status is Status.PENDING:
                 waits.append(row.wait)
         if not waits:
+            self._rendered.pop(event.id, None)
             return Settlement.done(*parked)
         recheck = doubling(max(message.deliveries, 1), first=self.recheck, cap=self.recheck_cap)
         return Settlement.later(min(min(waits) + recheck, self.recheck_cap), *parked)
+
+    def _recipients_of(
+        self, event: EventEnvelope
+    ) -> tuple[dict[str, NewMessage], tuple[Parked, ...]]:
+        """The event's row messages by kind (each with its per-recipient key) and its refused
+        kinds: remembered from an earlier delivery of the event, else built by ``recipients``."""
+        remembered = self._rendered.get(event.id)
+        if remembered is not None:
+            self._rendered.move_to_end(event.id)
+            return remembered
+        refused: list[Parked] = []
+        messages: dict[str, NewMessage] = {}
+        for recipient in self.recipients(event):
+            if recipient.message is None:
+                refused.append(Parked(recipient.kind, str(recipient.refusal), attempts=0))
+                continue
+            key = recipient_key(event.id, recipient.kind)
+            messages[recipient.kind] = attrs.evolve(recipient.message, idempotency_key=key)
+        made = (messages, tuple(refused))
+        self._rendered[event.id] = made
+        while len(self._rendered) > REMEMBERED:
+            self._rendered.popitem(last=False)
+        return made
 
     async def _rearm(self, event: EventEnvelope) -> frozenset[str]:
         # A row store written before ``rearm`` joined the protocol cannot re-arm: nothing to do.
