@@ -295,9 +295,9 @@ async def _consume(args: argparse.Namespace, trigger: Trigger) -> int:
     )
     handle = workers.consumer.handle
 
-    async def reporting_handle(message: Any) -> None:
+    async def reporting_handle(message: Any, **decoded: Any) -> None:
         print_event({"event": "delivery", "id": message.message_id, "n": message.deliveries})
-        await handle(message)
+        await handle(message, **decoded)
 
     workers.consumer.handle = reporting_handle  # type: ignore[method-assign]
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, workers.request_stop)

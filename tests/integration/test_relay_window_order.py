@@ -22,6 +22,7 @@ import secrets
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import attrs
 import psycopg
 import pytest
 from tests.faults.events_proc import stream_messages
@@ -30,7 +31,7 @@ from outbox_adapters.brokers import NatsBroker
 from outbox_adapters.lanes.relay import EARLIER_UNPUBLISHED, RelayHandler, relay_lane
 from outbox_adapters.postgres.events import outbox_event, publish_async
 from outbox_adapters.postgres.store import PostgresStore
-from outbox_adapters.runtime import Worker
+from outbox_adapters.runtime import BatchReport, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.brokers import StreamSpec
 from outbox_core.outcomes import Outcome
@@ -148,53 +149,67 @@ async def test_a_key_s_later_event_is_not_published_before_the_earlier_one_s_lat
     assert _per_key(written, order) == _outbox_order(written)
 
 
+@attrs.frozen
+class Retried:
+    """A relay whose t-1's first event misbehaved once: its first pass, then its drain."""
+
+    written: list[tuple[str, str]]
+    first: BatchReport
+    #: Offered to the publisher, and stored by JetStream, in the first pass; each row's error then.
+    asked: list[str]
+    stored_first: list[str]
+    errors_first: list[str | None]
+    #: Stored by JetStream once the retries drained the outbox.
+    stored: list[str]
+
+    def others(self) -> list[str]:
+        """The event ids of the keys that did not misbehave, in outbox order."""
+        return [event_id for key, event_id in self.written if key != "t-1"]
+
+
+async def _misbehaving_once_then_retried(
+    dsn: str, nats_url: str, topic: tuple[str, NatsBroker], how: str
+) -> Retried:
+    name, broker = topic
+    written = await _write(dsn, name)
+    worker, publisher, store = await _relay(dsn, broker, written, how)
+    async with store:
+        first = await worker.run_once()
+        asked = list(publisher.asked)
+        stored_first = await _stored_order(nats_url, name)
+        async with store.pool.connection() as conn:
+            cursor = await conn.execute("SELECT last_error FROM outbox_event ORDER BY id")
+            errors = [error for (error,) in await cursor.fetchall()]
+        await asyncio.sleep(0.15)  # the retry wait
+        await worker.run(drain=True)
+    return Retried(written, first, asked, stored_first, errors, await _stored_order(nats_url, name))
+
+
 async def test_an_unacknowledged_event_holds_its_key_s_later_events_back_for_the_retry(
     dsn: str, nats_url: str, topic: tuple[str, NatsBroker]
 ) -> None:
-    name, broker = topic
-    written = await _write(dsn, name)
-    worker, _, store = await _relay(dsn, broker, written, "unacknowledged")
-    async with store:
-        first = await worker.run_once()
-        # The window: t-1's first failed, its three later events were never offered; the others
-        # went out.
-        assert (first.dispatched, first.retried) == (3, 4)
-        assert await _stored_order(nats_url, name) == [
-            event_id for key, event_id in written if key != "t-1"
-        ]
-        async with store.pool.connection() as conn:
-            errors = await (
-                await conn.execute("SELECT last_error FROM outbox_event ORDER BY id")
-            ).fetchall()
-        assert [e for (e,) in errors][::2] == [
-            "no acknowledgement (the test's broker)",
-            *[EARLIER_UNPUBLISHED] * 3,
-        ]
-        await asyncio.sleep(0.15)  # the retry wait
-        await worker.run(drain=True)
-    order = await _stored_order(nats_url, name)
-    assert sorted(order) == sorted(event_id for _, event_id in written)
-    assert _per_key(written, order) == _outbox_order(written)
+    run = await _misbehaving_once_then_retried(dsn, nats_url, topic, "unacknowledged")
+    # The window: t-1's first failed, its three later events were never offered; the others
+    # went out.
+    assert (run.first.dispatched, run.first.retried) == (3, 4)
+    assert run.stored_first == run.others()
+    assert sorted(run.asked) == sorted([run.written[0][1], *run.others()])
+    assert run.errors_first[::2] == [
+        "no acknowledgement (the test's broker)",
+        *[EARLIER_UNPUBLISHED] * 3,
+    ]
+    assert sorted(run.stored) == sorted(event_id for _, event_id in run.written)
+    assert _per_key(run.written, run.stored) == _outbox_order(run.written)
 
 
 async def test_a_publish_cut_off_after_it_was_stored_is_stored_once_and_keeps_its_key_s_order(
     dsn: str, nats_url: str, topic: tuple[str, NatsBroker]
 ) -> None:
-    name, broker = topic
-    written = await _write(dsn, name)
-    worker, publisher, store = await _relay(dsn, broker, written, "cut_off")
-    async with store:
-        first = await worker.run_once()
-        assert publisher.done
-        assert (first.dispatched, first.retried) == (3, 4)
-        # t-1's later events waited for their turn until the window's deadline, never offered.
-        assert first.budget_overruns == 4
-        assert sorted(publisher.asked) == sorted(
-            [written[0][1], *(event_id for key, event_id in written if key != "t-1")]
-        )
-        await asyncio.sleep(0.15)
-        await worker.run(drain=True)
-    order = await _stored_order(nats_url, name)
+    run = await _misbehaving_once_then_retried(dsn, nats_url, topic, "cut_off")
+    assert (run.first.dispatched, run.first.retried) == (3, 4)
+    # t-1's later events waited for their turn until the window's deadline, never offered.
+    assert run.first.budget_overruns == 4
+    assert sorted(run.asked) == sorted([run.written[0][1], *run.others()])
     # Stored once: the retry's publish of t-1's first event had the same Nats-Msg-Id.
-    assert len(order) == len(KEYS)
-    assert _per_key(written, order) == _outbox_order(written)
+    assert len(run.stored) == len(KEYS)
+    assert _per_key(run.written, run.stored) == _outbox_order(run.written)
