@@ -21,8 +21,12 @@ were, per stream). Each server process reports, when it ends, its full (generati
 collections: how many and the longest, since one landing inside an insert's fan-out is what the
 p99 is made of on this machine (docs/benchmarks.md, "The feed under load").
 
-``python -m bench.feed serve DSN`` is the server process (its port on stdout; it ends when its
-stdin closes).
+A last series per run repeats the 1,000 streams on a server whose collector's young generation
+is raised to :data:`TUNED_THRESHOLD` (``gc.set_threshold``), as the feed guide suggests to a host
+that cannot afford the pauses: its p99 and its full collections beside the default's.
+
+``python -m bench.feed serve DSN [GC_THRESHOLD]`` is the server process (its port on stdout; it
+ends when its stdin closes).
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ from bench.stats import Figure, percentile
 __all__ = ["measure"]
 
 STREAM_COUNTS: Final = (1, 100, 1000)
+#: The young generation's threshold of the collector-tuned series (the feed guide's example).
+TUNED_THRESHOLD: Final = 20_000
 #: The scaled-out series: this many streams over :data:`PROCESSES` server processes.
 SCALED_STREAMS: Final = 5000
 PROCESSES: Final = 2
@@ -121,10 +127,12 @@ class _Served:
 
 
 @contextlib.asynccontextmanager
-async def _server(dsn: str) -> AsyncIterator[_Served]:
-    """The feed on uvicorn in a process of its own."""
+async def _server(dsn: str, gc_threshold: int | None = None) -> AsyncIterator[_Served]:
+    """The feed on uvicorn in a process of its own (its collector's young generation at
+    ``gc_threshold``, else CPython's default)."""
+    tuned = [] if gc_threshold is None else [str(gc_threshold)]
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.feed", "serve", dsn,
+        sys.executable, "-m", "bench.feed", "serve", dsn, *tuned,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
     if child.stdout is None or child.stdin is None:  # pragma: no cover - asked for both pipes
@@ -226,6 +234,7 @@ async def measure(
     per_stream_kib: list[float] = []
     full_gcs: list[float] = []
     longest_gc: list[float] = []
+    tuned: dict[str, list[float]] = {"p50": [], "p99": [], "full": []}
 
     def note(streams: int, series: list[float], where: str) -> None:
         p50[streams].append(percentile(series, 50))
@@ -257,6 +266,7 @@ async def measure(
             for served in (server, *servers):
                 full_gcs.append(served.collections.get("full", 0))
                 longest_gc.append(served.collections.get("longest_ms", 0.0))
+            await _tuned_series(dsn, sizes.feed_inserts, run, tuned, log)
     figures: dict[str, Any] = {
         f"streams_{n}": {"p50_ms": Figure.of(p50[n], "ms"), "p99_ms": Figure.of(p99[n], "ms")}
         for n in STREAM_COUNTS
@@ -264,6 +274,12 @@ async def measure(
     figures[f"streams_{SCALED_STREAMS}_{PROCESSES}_processes"] = {
         "p50_ms": Figure.of(p50[SCALED_STREAMS], "ms"),
         "p99_ms": Figure.of(p99[SCALED_STREAMS], "ms"),
+    }
+    figures["streams_1000_collector_tuned"] = {
+        "p50_ms": Figure.of(tuned["p50"], "ms"),
+        "p99_ms": Figure.of(tuned["p99"], "ms"),
+        "full_collections": Figure.of(tuned["full"], "collections"),
+        "threshold": f"gc.set_threshold({TUNED_THRESHOLD}, 10, 10) in the server",
     }
     return {
         "inserts": sizes.feed_inserts,
@@ -280,6 +296,23 @@ async def measure(
     }
 
 
+async def _tuned_series(
+    dsn: str, inserts: int, run: int, into: dict[str, list[float]], log: Callable[[str], None]
+) -> None:
+    """1,000 streams on a server whose collector's young generation is at
+    :data:`TUNED_THRESHOLD` (what the feed guide suggests to a host): p50, p99, full collections."""
+    async with _server(dsn, gc_threshold=TUNED_THRESHOLD) as server:
+        series = await _series(dsn, [server], max(STREAM_COUNTS), inserts, seed=run)
+    into["p50"].append(percentile(series, 50))
+    into["p99"].append(percentile(series, 99))
+    into["full"].append(server.collections.get("full", 0))
+    log(
+        f"feed run {run + 1}: {max(STREAM_COUNTS)} streams, collector tuned, p50"
+        f" {into['p50'][-1]:.1f} ms, p99 {into['p99'][-1]:.1f} ms,"
+        f" {into['full'][-1]:g} full collections"
+    )
+
+
 def _http_parser() -> str:
     """What uvicorn parses HTTP with here ("auto": httptools when installed, else h11)."""
     try:
@@ -292,7 +325,7 @@ def _http_parser() -> str:
 # --- the server process ---------------------------------------------------------------------------
 
 
-async def _serve(dsn: str) -> None:
+async def _serve(dsn: str, gc_threshold: int | None = None) -> None:
     import uvicorn  # noqa: PLC0415 - the server process only
     from starlette.applications import Starlette  # noqa: PLC0415
     from starlette.requests import HTTPConnection  # noqa: PLC0415
@@ -306,6 +339,8 @@ async def _serve(dsn: str) -> None:
     # Every bench stream is the one principal's: the caps (10 a principal, 1,000 a process by
     # default) are raised so that a series' streams and the last series' closing ones all fit.
     most = 2 * max(*STREAM_COUNTS, SCALED_STREAMS)
+    if gc_threshold is not None:  # as a host that follows the feed guide would
+        gc.set_threshold(gc_threshold, 10, 10)
     collections = _FullCollections()
     settings = FeedSettings(send_timeout=30, max_streams_per_principal=most, max_streams=most)
     async with Feed(dsn, everyone_operates, settings=settings) as feed:
@@ -351,9 +386,9 @@ class _FullCollections:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+    if len(sys.argv) in {3, 4} and sys.argv[1] == "serve":
         from bench import loop
 
-        loop.run(_serve(sys.argv[2]))
+        loop.run(_serve(sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else None))
     else:
-        sys.exit("usage: python -m bench.feed serve DSN")
+        sys.exit("usage: python -m bench.feed serve DSN [GC_THRESHOLD]")

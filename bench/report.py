@@ -417,6 +417,14 @@ def _feed(r: Mapping[str, Any]) -> list[str]:
     ]
     body.append(
         [
+            "1,000 (collector tuned)",
+            "1",
+            _cell(r, "feed.streams_1000_collector_tuned.p50_ms"),
+            _cell(r, "feed.streams_1000_collector_tuned.p99_ms"),
+        ]
+    )
+    body.append(
+        [
             "5,000",
             "2",
             _cell(r, "feed.streams_5000_2_processes.p50_ms"),
