@@ -85,6 +85,36 @@ async def test_nats_streams_are_declared_explicitly_with_their_limits_and_a_dlq(
     assert (await js.stream_info(topic)).config.max_age == timedelta(days=1).total_seconds()
 
 
+async def test_nats_publishes_many_at_once_each_answered_by_its_own_puback(nats_url: str):
+    """The asynchronous publish: a window's messages on the wire together, every one ``sent``
+    only on its own PubAck, stored once each; the connection's context is looked up without the
+    lock once connected and declared, and forgotten when the broker closes."""
+    topic = topic_name()
+    broker = NatsBroker([nats_url], streams=[StreamSpec(name=topic, subjects=(topic,))])
+    assert broker.ready() is None  # not connected, its stream not declared
+    publisher = broker.publisher()
+    try:
+        outcomes = await asyncio.gather(
+            *(publisher.publish(message(topic, f"k{n % 5}", n), budget=BUDGET) for n in range(50))
+        )
+        assert {o.kind for o in outcomes} == {OutcomeKind.SENT}
+        js = broker.ready()
+        assert js is not None
+        assert js is await broker.jetstream()
+        assert (await js.stream_info(topic)).state.messages == 50
+        # A repeat under the same message ids is answered sent and stored no second time.
+        again = await asyncio.gather(
+            *(publisher.publish(message(topic, f"k{n % 5}", n), budget=BUDGET) for n in range(5))
+        )
+        assert {o.kind for o in again} == {OutcomeKind.SENT}
+        assert (await js.stream_info(topic)).state.messages == 50
+        await js.delete_stream(topic)
+        await js.delete_stream(f"{topic}-dlq")
+    finally:
+        await broker.aclose()
+    assert broker.ready() is None
+
+
 async def test_nats_never_auto_creates_a_stream_a_publish_to_an_undeclared_subject_is_transient(
     nats_broker,
 ):
