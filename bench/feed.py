@@ -37,16 +37,17 @@ import functools
 import gc
 import importlib
 import json
+import math
 import random
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any, Final, cast
 
 import psycopg
 
+from bench.memory import rss_mb
 from bench.server import fresh_database
 from bench.settings import Sizes
 from bench.stats import Figure, percentile
@@ -118,13 +119,10 @@ class _Served:
         #: ``{"full": n, "longest_ms": x}``: generation-2 collections while it served.
         self.collections: dict[str, float] = {}
 
-    def rss_kib(self) -> int | None:
-        """The process's resident set (Linux ``/proc``), or ``None`` where there is none."""
-        try:
-            status = Path(f"/proc/{self.pid}/status").read_text()
-        except OSError:
-            return None
-        return int(status.split("VmRSS:")[1].split()[0])
+    def rss_kib(self) -> float:
+        """The process's resident set in KiB (:func:`bench.memory.rss_mb`; NaN where there is
+        none)."""
+        return rss_mb(self.pid) * 1024.0
 
 
 @contextlib.asynccontextmanager
@@ -251,9 +249,9 @@ async def measure(
                 for streams in STREAM_COUNTS:
                     before = server.rss_kib()
 
-                    def opened(before: int | None = before, streams: int = streams) -> None:
+                    def opened(before: float = before, streams: int = streams) -> None:
                         after = server.rss_kib()
-                        if streams == max(STREAM_COUNTS) and before and after:
+                        if streams == max(STREAM_COUNTS) and math.isfinite(after - before):
                             per_stream_kib.append((after - before) / streams)
 
                     series = await _series(

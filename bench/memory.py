@@ -31,9 +31,9 @@ IN_FLIGHT: Final = 10
 SAMPLE_EVERY: Final = 0.1
 
 
-def rss_mb() -> float:
-    """This process's resident set size in MiB (Linux ``/proc``)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
+def rss_mb(pid: int | str = "self") -> float:
+    """The resident set size of process ``pid`` (default: this one) in MiB (Linux ``/proc``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024.0
     return float("nan")
