@@ -86,9 +86,9 @@ async def test_nats_streams_are_declared_explicitly_with_their_limits_and_a_dlq(
 
 
 async def test_nats_publishes_many_at_once_each_answered_by_its_own_puback(nats_url: str):
-    """The asynchronous publish: a window's messages on the wire together, every one ``sent``
-    only on its own PubAck, stored once each; the connection's context is looked up without the
-    lock once connected and declared, and forgotten when the broker closes."""
+    """Fifty publishes of one publisher at once (a relay window's keys): every one ``sent``,
+    every one stored once, a repeat under the same ids stored no second time; ``ready()`` hands
+    out the connection's context only once connected and declared, and none after closing."""
     topic = topic_name()
     broker = NatsBroker([nats_url], streams=[StreamSpec(name=topic, subjects=(topic,))])
     assert broker.ready() is None  # not connected, its stream not declared
