@@ -79,7 +79,7 @@ class Misbehaving:
         if message.message_id != self.target or self.done:
             return await self.inner.publish(message, budget=budget)
         if self.how == "late":
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.1)  # long beside a PubAck; short beside the 0.5 s budget
             return await self.inner.publish(message, budget=budget)
         self.done = True
         if self.how == "unacknowledged":
@@ -207,8 +207,15 @@ async def test_a_publish_cut_off_after_it_was_stored_is_stored_once_and_keeps_it
 ) -> None:
     run = await _misbehaving_once_then_retried(dsn, nats_url, topic, "cut_off")
     assert (run.first.dispatched, run.first.retried) == (3, 4)
-    # t-1's later events waited for their turn until the window's deadline, never offered.
-    assert run.first.budget_overruns == 4
+    # t-1's first was cut off mid-send. Its later events, waiting for their turn, were never
+    # offered: each was either held back once the first gave the turn up, or cut off by the
+    # window's deadline while it waited (which of the two depends on whose timer fires first).
+    cut_off = "ran out mid-send"
+    assert cut_off in str(run.errors_first[0])
+    assert all(
+        error == EARLIER_UNPUBLISHED or cut_off in str(error) for error in run.errors_first[2::2]
+    )
+    assert 1 <= run.first.budget_overruns <= 4
     assert sorted(run.asked) == sorted([run.written[0][1], *run.others()])
     # Stored once: the retry's publish of t-1's first event had the same Nats-Msg-Id.
     assert len(run.stored) == len(KEYS)
