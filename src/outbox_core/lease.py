@@ -54,6 +54,7 @@ __all__ = [
     "lease_expires_at",
     "max_duplicates",
     "may_start_row",
+    "may_work_ahead",
     "row_deadline",
 ]
 
@@ -203,6 +204,22 @@ def fence_admits(
     row with no token (never claimed, or written before tokens existed) admits no mark.
     """
     return row_status is Status.PENDING and row_token is not None and row_token == mark_token
+
+
+def may_work_ahead(*, claimed: int, terminal: int, timed_out: bool) -> bool:
+    """Whether a batch claimed ahead may be worked once the batch it was claimed ahead of ended.
+
+    A claim ahead (ADR 0023) is made while the previous batch is still being sent, so on a per-key
+    ordered lane it may hold the rows that follow that batch's rows of a key. Those are sent only
+    when every one of the ``claimed`` rows of the previous batch ended recorded ``terminal``
+    (sent, skipped or failed for good, the mark applied) and the batch was not cut short: then the
+    claim ahead holds exactly what a claim made after those marks could have taken. Otherwise (a
+    row retried, given back, its mark stale or not recorded) the batch claimed ahead is given back
+    unsent, and the next claim starts again from what the store records.
+    """
+    if claimed < 0 or terminal < 0:
+        raise ValueError(f"counts, got claimed={claimed} and terminal={terminal}")
+    return not timed_out and terminal == claimed
 
 
 def max_duplicates(*, crashes: int, rows_in_flight: int) -> int:

@@ -85,6 +85,11 @@ class ClaimRequest:
     token: ClaimToken
     #: ``None`` uses the database clock; tests inject a time.
     now: datetime | None = attrs.field(default=None, validator=optional_aware)
+    #: The token of the batch this worker is still working when it claims ahead (ADR 0023): on a
+    #: per-key ordered table, that batch's leased rows do not hold their keys back, so the claim
+    #: may hand out the rows that follow them. ``None``: every leased row holds its key back.
+    #: Tables without per-key order ignore it.
+    ahead_of: ClaimToken | None = None
 
 
 class MarkResult(enum.Enum):

@@ -195,3 +195,46 @@ def test_ordered_by_must_name_a_not_null_extra_column() -> None:
     assert key_order_column(outbox_message) is None
     with pytest.raises(LookupError, match="per_key_order can't extend it"):
         statements.per_key_order("SELECT 1", "k")
+
+
+def claim_ahead_of(token: ClaimToken, limit: int = 10) -> ClaimRequest:
+    return ClaimRequest(
+        lane=LANE,
+        limit=limit,
+        lease=LEASE,
+        token=ClaimToken.from_entropy(secrets.token_bytes(16)),
+        ahead_of=token,
+    )
+
+
+async def test_a_claim_ahead_takes_the_rows_that_follow_its_own_batch_and_no_one_elses(
+    dsn: str, events: PostgresStore
+) -> None:
+    """The relay's claim ahead (ADR 0023): the rows still leased by the batch it names do not hold
+    their keys back, so it takes the rows after them; a row leased by any other claim, or waiting
+    for a retry, still holds its key back. (The matrix's ``event-claim-ahead-of-anyone`` mutant
+    drops the token test.)"""
+    a1, b1, a2, b2, c1, c2 = await publish_keys(dsn, "a", "b", "a", "b", "c", "c")
+    mine = claim(limit=2)
+    assert [r.id for r in await events.claim_due(mine)] == [a1, b1]
+    # c1 leased by another claim (not the one the claim ahead names).
+    assert [r.id for r in await events.claim_due(claim(limit=1))] == [c1]
+    # Without ahead_of, every leased row holds its key back: nothing is free (c2 waits for c1).
+    assert [r.id for r in await events.claim_due(claim())] == []
+    ahead = await events.claim_due(claim_ahead_of(mine.token))
+    assert [r.id for r in ahead] == [a2, b2]  # c2 still waits behind the other claim's c1
+    assert c2 not in {r.id for r in ahead}
+
+
+async def test_a_claim_ahead_still_waits_behind_a_retry_of_its_own_batch(
+    dsn: str, events: PostgresStore
+) -> None:
+    """A row of the named batch that was marked for a retry (its lease ended by the mark) holds
+    its key back from a claim ahead as from any claim."""
+    a1, a2, b1, b2 = await publish_keys(dsn, "a", "a", "b", "b")
+    mine = claim(limit=1)
+    [first] = await events.claim_due(mine)
+    assert first.id == a1
+    await retry(events, a1, mine.token, timedelta(minutes=5))
+    assert [r.id for r in await events.claim_due(claim_ahead_of(mine.token))] == [b1, b2]
+    assert a2 not in {r.id for r in await events.claim_due(claim_ahead_of(mine.token))}

@@ -45,6 +45,7 @@ from outbox_adapters.postgres.webhooks import secrets as _webhook_secrets
 from outbox_adapters.postgres.webhooks import statements as _webhook_statements
 from outbox_adapters.postgres.webhooks import tenant_statements as _tenant_statements
 from outbox_adapters.runtime import Worker
+from outbox_adapters.runtime import loop as _runtime_loop
 from outbox_adapters.runtime import marking as worker
 from outbox_adapters.runtime.deadline import Deadlines
 from outbox_adapters.runtime.leadership import Leadership
@@ -611,7 +612,41 @@ def _never_held_back(batch: Any, key: str) -> bool:
     return False
 
 
+_PER_KEY_ORDER = statements.per_key_order
+
+
+def _ahead_of_anyone(claim: str, key: str) -> str:
+    """The mutant of statements.per_key_order: a claim made ahead lets EVERY leased row stop
+    holding its key back, not only the rows of the batch it names."""
+    return _PER_KEY_ORDER(claim, key).replace(
+        "earlier.claim_token IS DISTINCT FROM %(ahead_of)s::text", "%(ahead_of)s::text IS NULL"
+    )
+
+
+def _always_work_ahead(*, claimed: int, terminal: int, timed_out: bool) -> bool:
+    """The mutant of the runtime's may_work_ahead: a batch claimed ahead is sent whatever became
+    of the batch before it."""
+    del claimed, terminal, timed_out
+    return True
+
+
+CLAIM_AHEAD = "tests/unit/test_claim_ahead.py"
+
 MUTANTS += (
+    Mutant(
+        "event-claim-ahead-of-anyone",
+        "a claim ahead passes only the rows still leased by the batch it names",
+        "let a claim ahead pass the rows leased by any claim",
+        f"{EVENT_CLAIM}::test_a_claim_ahead_takes_the_rows_that_follow_its_own_batch_and_no_one_elses",
+        (statements, "per_key_order", _ahead_of_anyone),
+    ),
+    Mutant(
+        "claim-ahead-past-a-retry",
+        "a batch claimed ahead is sent only after every row of the batch before it ended terminal",
+        "send the batch claimed ahead even when a row before it was retried",
+        f"{CLAIM_AHEAD}::test_a_batch_claimed_ahead_of_a_retry_is_given_back_unsent",
+        (_runtime_loop, "may_work_ahead", _always_work_ahead),
+    ),
     Mutant(
         "event-claim-no-key-order",
         "per-key order in the event outbox's claim",

@@ -64,3 +64,30 @@ async def test_without_ordered_by_the_claim_is_due_order() -> None:
     store, _, (a1, a2) = _store("a", "a", ordered=False)
     assert await _claim(store, limit=1) == [a1]
     assert await _claim(store) == [a2]  # no per-key hold
+
+
+async def test_a_claim_ahead_takes_the_rows_after_its_own_batch_only() -> None:
+    """The model of the relay's claim ahead: rows leased by the named batch hold no key back;
+    rows leased by another claim, or waiting for a retry, still do."""
+    store, _, (a1, b1, a2, b2, c1, c2) = _store("a", "b", "a", "b", "c", "c")
+    mine = ClaimToken.from_entropy(b"m" * 16)
+    assert [int(r.id) for r in await store.claim_due(ClaimRequest(RELAY_LANE, 2, LEASE, mine))] == [
+        a1,
+        b1,
+    ]
+    assert await _claim(store, limit=1) == [c1]  # another claim holds c1
+    assert await _claim(store) == []
+    ahead = ClaimRequest(RELAY_LANE, 10, LEASE, ClaimToken.from_entropy(b"n" * 16), ahead_of=mine)
+    assert [int(r.id) for r in await store.claim_due(ahead)] == [a2, b2]
+    assert c2 not in {int(r.id) for r in store.rows() if r.claim_token is not None}
+
+
+async def test_a_claim_ahead_waits_behind_a_retry_of_its_own_batch() -> None:
+    store, _, (a1, a2, b1) = _store("a", "a", "b")
+    mine = ClaimToken.from_entropy(b"m" * 16)
+    [first] = await store.claim_due(ClaimRequest(RELAY_LANE, 1, LEASE, mine))
+    assert int(first.id) == a1
+    await store.mark_if_pending(Mark.retry(first, "broker down", delay=timedelta(seconds=30)))
+    ahead = ClaimRequest(RELAY_LANE, 10, LEASE, ClaimToken.from_entropy(b"n" * 16), ahead_of=mine)
+    assert [int(r.id) for r in await store.claim_due(ahead)] == [b1]
+    assert a2 not in {int(r.id) for r in store.rows() if r.claim_token is not None}

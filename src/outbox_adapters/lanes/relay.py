@@ -13,6 +13,9 @@ with :class:`RelayHandler` and :func:`relay_lane`; leader-gated by whoever runs 
   broker's positive acknowledgement of a stored message, broker trouble a transient failure. Within
   one claimed batch, once a row of a key did not go out, the later rows of that key are not
   published (transient: "an earlier event of this key is unpublished");
+- after a full claim the runtime claims the next batch beside the publishes (its claim may take
+  the rows that follow this batch's rows of a key) and publishes it only if every row of this
+  batch ended recorded terminal, else gives it back unsent;
 - the runtime's fenced marks record it, one grouped mark per window of rows published at once
   (:attr:`~outbox_core.timing.RelayTiming.window`, 500 by default; 1 is the strict relay):
   ``dispatched`` (``published_at`` is then the row's ``resolved_at``), or the attempt and the
@@ -84,6 +87,10 @@ def relay_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's ow
     rows is published at once and recorded by one grouped mark, ``RelayTiming(window=1)`` is the
     strict relay. They are not set apart from it: the claim lease counts windows, so fewer rows
     in flight than the window would run a batch past its timeout (its rest given back unsent).
+
+    The relay claims ahead (``claim_ahead``, ADR 0023): after a full claim, the next claim runs
+    beside the batch's publishes, and its rows are published only once every row of the batch
+    before it is recorded terminal; otherwise they are given back unsent.
     """
     timing = settings.get("timing", DEFAULT_RELAY_TIMING)
     window = getattr(timing, "window", 1)
@@ -100,6 +107,7 @@ def relay_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's ow
         "scrub": _NO_SCRUB,
         "rows_in_flight": window,
         "group_marks": window > 1,
+        "claim_ahead": True,
     }
     return LaneConfig(**{**stated, **settings})
 

@@ -5,6 +5,8 @@
   is pending and not due (a retry waiting out its backoff holds its key back), and no row while
   an earlier pending row of its key is left out of this claim (the batch's limit cut it off). So
   a relay never publishes a later event of a key before an earlier one, across retries and claims.
+  A claim made ahead (``ClaimRequest.ahead_of``) does not count the rows still leased by that
+  batch against their keys.
 - :func:`heads_of_keys`: the webhook deliveries' (what ``delivery_order.delivery_key_order`` makes
   PostgreSQL do for ``outbox_webhook_delivery``, ADR 0018): a keyed delivery is no candidate while
   an earlier one of its (endpoint, key) is pending, whatever it is doing; a keyless one always is.
@@ -17,6 +19,7 @@ from datetime import datetime
 
 from outbox_adapters.memory.rows import Row, decoded
 from outbox_core.delivery import Status
+from outbox_core.messages import ClaimToken
 
 __all__ = ["DeliveryOrder", "event_key", "heads_of_keys", "in_key_order"]
 
@@ -34,19 +37,31 @@ def event_key(row: Row) -> str:
     return subject if isinstance(subject, str) else f"#row-{row.id}"
 
 
-def in_key_order(
-    rows: Iterable[Row], *, lane: str, now: datetime, limit: int, key_of: Callable[[Row], str]
+def in_key_order(  # noqa: PLR0913 - the claim's own parameters
+    rows: Iterable[Row],
+    *,
+    lane: str,
+    now: datetime,
+    limit: int,
+    key_of: Callable[[Row], str],
+    ahead_of: ClaimToken | None = None,
 ) -> list[Row]:
-    """The rows of ``lane`` a claim of ``limit`` may take at ``now``, in id order."""
+    """The rows of ``lane`` a claim of ``limit`` may take at ``now``, in id order; rows still
+    leased by ``ahead_of`` (the batch the worker is sending while it claims ahead) hold no key
+    back."""
     pending = sorted(
         (r for r in rows if r.lane == lane and r.status is Status.PENDING), key=lambda r: r.id
     )
     blocked: set[str] = set()
     due: list[Row] = []
+    ahead: set[int] = set()
     for row in pending:
         key = key_of(row)
         if row.next_attempt_at > now:
-            blocked.add(key)
+            if ahead_of is not None and row.claim_token == ahead_of:
+                ahead.add(row.id)
+            else:
+                blocked.add(key)
         elif key not in blocked:
             due.append(row)
     taken = {r.id for r in due[:limit]}
@@ -56,7 +71,7 @@ def in_key_order(
         key = key_of(row)
         if row.id in taken and key not in left_out:
             claimed.append(row)
-        else:
+        elif row.id not in ahead:
             left_out.add(key)
     return claimed
 

@@ -257,6 +257,7 @@ class MemoryStore(MemoryOperatorReads, MemoryDeliveryRows):
                 now=now,
                 limit=request.limit,
                 key_of=self._ordered_by,
+                ahead_of=request.ahead_of,
             )
         due = [
             row

@@ -189,7 +189,9 @@ _RESULT_ORDER = "ORDER BY due_at, id\n"
 #: The per-key claim's first guard, added to the ``due`` CTE: a row is a candidate only if no
 #: EARLIER row of its key is pending and not due (waiting out a retry after a failed attempt, or
 #: leased by a claim that committed). So a blocked key's later rows never take a batch's slots,
-#: and the other keys go on.
+#: and the other keys go on. The one exception is a row leased by ``%(ahead_of)s``, the batch the
+#: same worker is still sending when it claims ahead (ADR 0023): the worker sends the rows claimed
+#: ahead only once every row of that batch is recorded terminal (``outbox_core.lease``).
 _KEY_NOT_BLOCKED = """      AND NOT EXISTS (
           SELECT FROM {queue} AS earlier
           WHERE earlier.lane = {queue}.lane
@@ -197,12 +199,14 @@ _KEY_NOT_BLOCKED = """      AND NOT EXISTS (
             AND earlier.status = 'pending'
             AND earlier.id < {queue}.id
             AND earlier.next_attempt_at > coalesce(%(now)s::timestamptz, now())
+            AND (earlier.claim_token IS NULL
+                 OR earlier.claim_token IS DISTINCT FROM %(ahead_of)s::text)
       )
 """
 #: Its second guard, on the UPDATE: a candidate is claimed only if EVERY earlier pending row of its
 #: key is in this very claim. That closes what the first guard cannot see: an earlier row that is
 #: due but was skipped because another transaction holds it (a concurrent claim not yet
-#: committed, a mark in flight).
+#: committed, a mark in flight). Here too a row still leased by ``%(ahead_of)s`` does not count.
 _KEY_ALL_EARLIER_CLAIMED = """      AND NOT EXISTS (
           SELECT FROM {queue} AS earlier
           WHERE earlier.lane = m.lane
@@ -210,6 +214,9 @@ _KEY_ALL_EARLIER_CLAIMED = """      AND NOT EXISTS (
             AND earlier.status = 'pending'
             AND earlier.id < m.id
             AND earlier.id NOT IN (SELECT id FROM due)
+            AND (earlier.claim_token IS NULL
+                 OR earlier.claim_token IS DISTINCT FROM %(ahead_of)s::text
+                 OR earlier.next_attempt_at <= coalesce(%(now)s::timestamptz, now()))
       )
 """
 

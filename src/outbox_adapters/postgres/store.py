@@ -225,6 +225,7 @@ class PostgresStore(OperatorQueries):
             "token": request.token.value,
             "now": request.now,
             "floor": None if floor is None else floor.floor,
+            "ahead_of": None if request.ahead_of is None else request.ahead_of.value,
         }
         records = await self._runner.run(self._sql(claim), params, all_rows)
         if floor is not None:

@@ -174,10 +174,16 @@ class BatchRunner:
         return self._fits_batch(times)
 
     async def _release_all(self, rows: Sequence[ClaimedRow], report: BatchReport) -> None:
-        """Give back rows that will not be started: due again at once, attempt refunded."""
+        report.released += await self.release_all(rows)
+
+    async def release_all(self, rows: Sequence[ClaimedRow]) -> int:
+        """Give back rows that will not be started: due again at once, attempt refunded; how many
+        the store took back."""
+        released = 0
         for row in rows:
             if await self.marker.release(row):
-                report.released += 1
+                released += 1
+        return released
 
     async def _in_slot(
         self, slots: asyncio.Semaphore, row: ClaimedRow, times: BatchClock, report: BatchReport

@@ -69,6 +69,11 @@ def _group_marks(inst: LaneConfig, _attribute: object, value: bool) -> None:  # 
         )
 
 
+def _claim_ahead(_inst: object, _attribute: object, value: bool) -> None:  # noqa: FBT001
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"claim_ahead must be True or False, got {value!r}")
+
+
 def _leader_ttl(inst: LaneConfig, attribute: object, value: timedelta) -> None:
     duration(_OWNER)(inst, attribute, value)
     # A leader starts a row only if the row ends inside the term it can prove, and it renews
@@ -140,6 +145,11 @@ class LaneConfig:
 
     #: How a stale mark of this lane is reported (logged once, as this error's message).
     stale_mark: type[StaleMark] = attrs.field(default=StaleMark, validator=_stale_mark)
+    #: Claim the next batch while this one is sent, after a full claim (opt-in; the relay's
+    #: default, ADR 0023): the claim's round trip overlaps the sends instead of following the
+    #: marks. The batch claimed ahead is worked only if every row of the one before it ended
+    #: terminal (``outbox_core.lease.may_work_ahead``); otherwise it is given back unsent.
+    claim_ahead: bool = attrs.field(default=False, validator=_claim_ahead)
 
     @property
     def mark_budget(self) -> timedelta:

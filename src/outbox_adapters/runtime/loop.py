@@ -9,6 +9,13 @@ One pass (:meth:`Worker.run_once`)::
               wake-up (LISTEN/NOTIFY) signals new work; after a failed claim, a jittered pause
               that grows (outbox_core.backoff.CLAIM_RETRY)
 
+With ``LaneConfig.claim_ahead`` (the relay's default, ADR 0023), a full claim starts the next claim
+at once, beside the batch's sends, under ``ClaimRequest.ahead_of`` = this batch's token. The next
+pass works the rows claimed ahead only if every row of this batch ended terminal
+(``outbox_core.lease.may_work_ahead``); otherwise it gives them back unsent (due at once, attempt
+refunded) and claims again. A batch claimed ahead is never worked beside another one: the marks
+of one batch are recorded before the next batch's first send.
+
 Stopping (:meth:`Worker.request_stop`, wired to SIGTERM by the CLI) stops claiming, lets the row in
 flight finish, releases the rows not yet started, and waits for the marks in flight.
 """
@@ -31,7 +38,7 @@ from outbox_adapters.runtime.report import BatchReport, WorkerStats
 from outbox_adapters.wakeup import Wakeup
 from outbox_core.errors import StoreUnavailable
 from outbox_core.health import HEARTBEAT_BUDGET, heartbeat_due, stale_after
-from outbox_core.lease import BatchClock
+from outbox_core.lease import BatchClock, may_work_ahead
 from outbox_core.messages import ClaimedRow, ClaimToken
 from outbox_core.ports import (
     ClaimRequest,
@@ -82,6 +89,8 @@ class Worker:
         self._entropy = entropy
         self._jitter = jitter
         self._stopping = asyncio.Event()
+        #: The next batch's claim, started beside this batch's sends (``config.claim_ahead``).
+        self._ahead: asyncio.Future[tuple[Sequence[ClaimedRow], BatchClock]] | None = None
         self.leadership = Leadership(leader, config, holder=self.holder, clock=self.clock)
         self.marker = Marker.for_lane(store, config, jitter=jitter)
         self.batch = BatchRunner(
@@ -116,6 +125,7 @@ class Worker:
                 leading = await self.leadership.lead()
                 await self._beat(leading)
                 if not leading:
+                    await self._give_back_ahead()  # claimed while leading: not ours to send now
                     if drain:  # another replica leads this lane and is draining it
                         _log.warning("lane %s is led by another worker", self.config.lane)
                         break
@@ -144,6 +154,7 @@ class Worker:
                 if report.claimed < self.config.timing.batch_size:
                     await self._pause(self.config.poll_interval, wakeable=True)
         finally:
+            await self._give_back_ahead()
             await self.wait_for_marks()
             await self.leadership.step_down()
         await self._stop_beat()  # only a loop that ended cleanly says so
@@ -178,11 +189,13 @@ class Worker:
             _log.warning("stop beat on lane %s failed (%s)", self.config.lane, exc)
 
     async def run_once(self) -> BatchReport:
-        """Claim one batch and work it. Returns what happened."""
+        """Claim one batch (or take the one claimed ahead) and work it. Returns what happened."""
         report = BatchReport()
-        rows, times = await self._claim()
+        rows, times = await self._next_batch()
         report.claimed = len(rows)
         if rows:
+            if self.config.claim_ahead and len(rows) == self.config.timing.batch_size:
+                self._ahead = asyncio.ensure_future(self._claim(ahead_of=rows[0].token))
             try:
                 async with self.leadership.renewed():
                     await self.batch.run(rows, times, report)
@@ -192,12 +205,49 @@ class Worker:
                     "batch timed out; rows not finished keep their lease",
                     extra={"outbox_lane": self.config.lane, "outbox_rows": len(rows)},
                 )
+            terminal = report.dispatched + report.skipped + report.failed
+            if not may_work_ahead(
+                claimed=report.claimed, terminal=terminal, timed_out=report.timed_out
+            ):
+                await self._give_back_ahead()
         self.stats.add(report)
         self.stats.batches += 1
         self.batch.metrics.batch(report)
         return report
 
-    async def _claim(self) -> tuple[Sequence[ClaimedRow], BatchClock]:
+    async def _next_batch(self) -> tuple[Sequence[ClaimedRow], BatchClock]:
+        """The batch claimed ahead during the last pass, if one was; else a claim now."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            return await ahead
+        return await self._claim()
+
+    async def _give_back_ahead(self) -> None:
+        """Give back, unsent, the rows of a claim made ahead (due at once, attempt refunded); a
+        claim that failed or is still running is waited for (it is bounded by its budget), its
+        failure dropped: the next claim finds what the store records."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        try:
+            rows, _ = await ahead
+        except (StoreUnavailable, TimeoutError):
+            return  # if it did commit, its rows come back when their lease ends
+        except asyncio.CancelledError:
+            if not ahead.cancelled():
+                raise  # this worker is being cancelled, not the claim
+            return
+        released = await self.batch.release_all(rows)
+        self.stats.released += released
+        _log.info(
+            "lane %s: gave back %d row(s) claimed ahead of a batch that did not end terminal",
+            self.config.lane,
+            len(rows),
+        )
+
+    async def _claim(
+        self, *, ahead_of: ClaimToken | None = None
+    ) -> tuple[Sequence[ClaimedRow], BatchClock]:
         """Claim a batch: the rows, and the batch's deadlines from the instant the claim started."""
         timing = self.config.timing
         token = ClaimToken.from_entropy(self._entropy(16))
@@ -216,7 +266,7 @@ class Worker:
         # claim did commit, its rows simply come back when their lease ends.
         async with asyncio.timeout(self.config.claim_budget.total_seconds()):
             rows = await self.store.claim_due(
-                ClaimRequest(self.config.lane, timing.batch_size, lease, token)
+                ClaimRequest(self.config.lane, timing.batch_size, lease, token, ahead_of=ahead_of)
             )
         answered = self.clock.monotonic()
         self.batch.metrics.claimed(answered - times.claimed_at)
