@@ -47,6 +47,9 @@ _NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
 _MAX_NAME: Final = 200
 _MAX_KEY: Final = 200
 _MAX_ID: Final = 200
+#: Compact JSON, UTF-8 as is, no NaN or infinity: made once, not per event (the relay encodes every
+#: event it publishes).
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def check_event_name(value: object, what: str) -> str:
@@ -121,9 +124,7 @@ class EventEnvelope:
     def encode(self) -> bytes:
         """The bytes the relay publishes (compact JSON, UTF-8); refused past
         :data:`MAX_EVENT_BYTES`."""
-        body = json.dumps(
-            self.to_json(), ensure_ascii=False, separators=(",", ":"), allow_nan=False
-        ).encode("utf-8")
+        body = _ENCODER.encode(self.to_json()).encode("utf-8")
         if len(body) > MAX_EVENT_BYTES:
             raise InvalidPayload(
                 f"the event is {len(body)} bytes encoded, more than {MAX_EVENT_BYTES}"

@@ -47,7 +47,7 @@ from outbox_adapters.postgres.webhooks import tenant_statements as _tenant_state
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import loop as _runtime_loop
 from outbox_adapters.runtime import marking as worker
-from outbox_adapters.runtime.deadline import Deadlines
+from outbox_adapters.runtime.deadline import Deadlines, WindowDeadline
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.smtp import mailer as smtp_mailer
@@ -919,7 +919,19 @@ def _fires_for_any_scope(self: Deadlines) -> None:
     task.cancel()
 
 
+def _window_cuts_nothing(self: WindowDeadline) -> None:
+    """The mutant of WindowDeadline._fire: the window's deadline passes and its sends run on."""
+    self._expired = True
+
+
 MUTANTS += (
+    Mutant(
+        "window-deadline-cuts-nothing",
+        "a window's sends are cut at the window's deadline, on its one timer",
+        "WindowDeadline._fire cancels no send",
+        f"{DEADLINE}::test_a_window_cuts_every_send_still_running_at_its_deadline_and_only_those",
+        (WindowDeadline, "_fire", _window_cuts_nothing),
+    ),
     Mutant(
         "deadline-fires-early",
         "the reused time limit re-arms for the open scope's own deadline (ADR 0012)",

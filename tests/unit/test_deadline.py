@@ -1,5 +1,6 @@
 """runtime.deadline.Deadlines: asyncio.timeout's behaviour for scopes opened one after another on
-one reused loop timer (the strict walk's send and mark limits)."""
+one reused loop timer (the strict walk's send and mark limits); runtime.deadline.WindowDeadline:
+the same for the concurrent scopes of a window's sends on one timer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 
 import pytest
 
-from outbox_adapters.runtime.deadline import Deadlines
+from outbox_adapters.runtime.deadline import Deadlines, WindowDeadline
 
 
 async def test_a_body_that_overruns_its_scope_gets_timeout_error_and_the_task_is_not_left_cancelled():
@@ -135,3 +136,48 @@ def test_a_deadlines_object_keeps_its_limits_on_a_new_event_loop():
     asyncio.run(first())
     with pytest.raises(TimeoutError):
         asyncio.run(second())
+
+
+async def _in_window(window: WindowDeadline, seconds: float) -> str:
+    try:
+        async with window.within():
+            await asyncio.sleep(seconds)
+    except TimeoutError:
+        task = asyncio.current_task()
+        assert task is not None
+        assert task.cancelling() == 0  # the window's cancellation was taken back
+        return "cut"
+    return "ended"
+
+
+async def test_a_window_cuts_every_send_still_running_at_its_deadline_and_only_those():
+    window = WindowDeadline(0.05)
+    try:
+        results = await asyncio.gather(
+            _in_window(window, 0), _in_window(window, 0.01), _in_window(window, 1)
+        )
+    finally:
+        window.close()
+    assert results == ["ended", "ended", "cut"]
+
+
+async def test_a_scope_opened_after_the_window_s_deadline_is_cut_at_once():
+    window = WindowDeadline(0)
+    await asyncio.sleep(0.01)
+    assert await _in_window(window, 1) == "cut"
+
+
+async def test_a_cancellation_from_elsewhere_passes_through_a_window_scope():
+    window = WindowDeadline(5)
+    task = asyncio.ensure_future(_in_window(window, 1))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    window.close()
+
+
+async def test_a_closed_window_cuts_nothing():
+    window = WindowDeadline(0.02)
+    window.close()
+    assert await _in_window(window, 0.05) == "ended"

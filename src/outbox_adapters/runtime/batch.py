@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from outbox_adapters.runtime.config import LaneConfig
-from outbox_adapters.runtime.deadline import Deadlines
+from outbox_adapters.runtime.deadline import Deadlines, WindowDeadline
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
 from outbox_adapters.runtime.report import BatchReport, count
@@ -129,7 +129,13 @@ class BatchRunner:
                 await self._release_all(rows[start:], report)
                 return
             window = rows[start : start + size]
-            sends = [asyncio.ensure_future(self._send(row, times, report)) for row in window]
+            # The window's rows start together and end by the same instant: one timer for all.
+            deadline = self._deadline(times)
+            limit = WindowDeadline(deadline - self.clock.monotonic())
+            sends = [
+                asyncio.ensure_future(self._send(row, times, report, window=(limit, deadline)))
+                for row in window
+            ]
             try:
                 outcomes = await asyncio.gather(*sends)
             except asyncio.CancelledError:
@@ -144,6 +150,8 @@ class BatchRunner:
                 if ended:
                     self.marker.detach_group(ended)
                 raise
+            finally:
+                limit.close()
             marks = [
                 self._decide(row, outcome) for row, outcome in zip(window, outcomes, strict=True)
             ]
@@ -206,15 +214,28 @@ class BatchRunner:
         if result is MarkResult.APPLIED and mark.status is Status.DISPATCHED:
             self.metrics.delivered(row.created_at, self.clock)
 
-    async def _send(self, row: ClaimedRow, times: BatchClock, report: BatchReport) -> Outcome:
-        """The handler, within the row's send budget, never past the lease nor the leader term."""
-        started = self.clock.monotonic()
-        deadline = times.row_deadline(started, self._send_budget)
+    def _deadline(self, times: BatchClock) -> float:
+        """When a send started now must end: its budget, never past the lease nor the term."""
+        deadline = times.row_deadline(self.clock.monotonic(), self._send_budget)
         if not self._ungated:
             # The gate admitted the row inside the term; bounding the deadline by the term too
             # keeps a worker frozen between the gate and here (or a row task started after its
             # term was lost) from sending while another worker may lead the lane.
             deadline = min(deadline, self._leadership.trusted_until())
+        return deadline
+
+    async def _send(
+        self,
+        row: ClaimedRow,
+        times: BatchClock,
+        report: BatchReport,
+        *,
+        window: tuple[WindowDeadline, float] | None = None,
+    ) -> Outcome:
+        """The handler, within the row's send budget, never past the lease nor the leader term;
+        in a ``window``, within the window's time limit and deadline, shared by its rows."""
+        started = self.clock.monotonic()
+        deadline = self._deadline(times) if window is None else window[1]
         budget = max(0.0, deadline - started)
         # The delivery span (linked to the enqueue's, ADR 0028) holds the handler's own spans.
         with delivering(row) as delivery:
@@ -228,8 +249,9 @@ class BatchRunner:
                     "no time left on the lease or leader term to start the send"
                 )
             else:
+                limit = self._deadlines.within(budget) if window is None else window[0].within()
                 try:
-                    async with self._deadlines.within(budget):
+                    async with limit:
                         outcome = await self.handler(row, budget=timedelta(seconds=budget))
                 except Exception as exc:  # noqa: BLE001 - a handler bug is this row's failure
                     outcome = _failed(row, exc, report, budget)

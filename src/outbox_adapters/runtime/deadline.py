@@ -14,7 +14,12 @@ another:
 Inside a scope, expiry is ``asyncio.timeout``'s: the task is cancelled, and the scope turns that
 cancellation, and only that one, into ``TimeoutError``; a cancellation from elsewhere passes
 through. One scope is open at a time: a scope asked for while another is open (another task's: a
-window's sends, a detached mark) gets an ``asyncio.timeout`` of its own.
+detached mark) gets an ``asyncio.timeout`` of its own.
+
+A window's sends (the grouped-mark walk) start together and end by the same instant: a
+:class:`WindowDeadline` gives them one timer for all, instead of one each. When it fires, every
+task still inside one of its scopes is cancelled, and each scope turns that cancellation into
+``TimeoutError`` as ``asyncio.timeout`` does.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import math
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Deadlines"]
+__all__ = ["Deadlines", "WindowDeadline"]
 
 #: How early a loop timer may fire and still count as on time: uvloop arms its timers in whole
 #: milliseconds, so a timer can fire up to a millisecond before the instant it was armed for.
@@ -107,3 +112,64 @@ class Deadlines:
             return
         self._expired = True
         task.cancel()
+
+
+class WindowDeadline:
+    """One loop timer for the scopes of a window's sends; see the module docstring."""
+
+    __slots__ = ("_expired", "_handle", "_inside")
+
+    def __init__(self, seconds: float) -> None:
+        #: The tasks inside a scope, with their cancellation count when they entered it.
+        self._inside: dict[asyncio.Task[Any], int] = {}
+        self._expired = False
+        self._handle = asyncio.get_running_loop().call_later(max(seconds, 0.0), self._fire)
+
+    def within(self) -> _WindowScope:
+        """``async with window.within():`` — the body, cut off at the window's deadline."""
+        return _WindowScope(self)
+
+    def close(self) -> None:
+        """The window ended: its timer is no longer needed."""
+        self._handle.cancel()
+
+    def _fire(self) -> None:
+        self._expired = True
+        for task in self._inside:
+            task.cancel()
+
+
+class _WindowScope:
+    __slots__ = ("_task", "_window")
+
+    def __init__(self, window: WindowDeadline) -> None:
+        self._window = window
+        self._task: asyncio.Task[Any] | None = None
+
+    async def __aenter__(self) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a time limit needs a task")
+        if self._window._expired:  # noqa: SLF001 - the scope is the window's own part
+            raise TimeoutError
+        self._task = task
+        self._window._inside[task] = task.cancelling()  # noqa: SLF001
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = self._task
+        assert task is not None  # noqa: S101 - set by __aenter__
+        cancelling = self._window._inside.pop(task)  # noqa: SLF001
+        # Inside the scope when the timer fired, so cancelled by it (as asyncio.timeout, the
+        # cancellation is taken back, and only when it was the one that ended the body is it
+        # turned into TimeoutError).
+        if (
+            self._window._expired  # noqa: SLF001
+            and task.uncancel() <= cancelling
+            and exc_type is asyncio.CancelledError
+        ):
+            raise TimeoutError from exc

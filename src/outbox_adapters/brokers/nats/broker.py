@@ -67,6 +67,8 @@ _KEPT_ERRORS: Final = 3
 _RECONNECTS = 3
 #: At most one "NATS connection error" warning this often; the others are counted.
 CONNECTION_WARNING_EVERY: Final = 30.0
+#: The outcome of every acknowledged publish (frozen: one value shared, not one built per event).
+_SENT: Final = Outcome.sent()
 
 
 class NatsBroker:
@@ -335,4 +337,4 @@ class NatsPublisher:
             return outcome
         # Stored (the PubAck's seq), or a duplicate of a stored one (its duplicate flag): sent
         # either way.
-        return Outcome.sent()
+        return _SENT
