@@ -158,7 +158,7 @@ async def test_a_window_cuts_every_send_still_running_at_its_deadline_and_only_t
         )
     finally:
         window.close()
-    assert results == ["ended", "ended", "cut"]
+    assert list(results) == ["ended", "ended", "cut"]
 
 
 async def test_a_scope_opened_after_the_window_s_deadline_is_cut_at_once():
