@@ -301,7 +301,10 @@ class PostgresStore(OperatorQueries):
         for group in scrub_groups(marks):
             params = mark_many_params(group)
             if not any(m.disable_endpoint for m in group):
-                records = await self._runner.run(self._sql(statements.MARK_MANY), params, all_rows)
+                # Binary: the group's eight arrays dump about three times faster than as text.
+                records = await self._runner.run(
+                    self._sql(statements.MARK_MANY), params, all_rows, binary=True
+                )
                 applied.update(r[0] for r in records)
                 continue
             async with self._pool.connection() as conn, conn.transaction():
