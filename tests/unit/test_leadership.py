@@ -9,6 +9,8 @@ asks it for a renewal at once when the term runs short (``Leadership.admits``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,6 +19,7 @@ from outbox_adapters.clock import FakeClock
 from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.memory import MemoryLeaderLease, MemoryStore, RecordingHandler
 from outbox_adapters.runtime import Worker
+from outbox_adapters.runtime.leadership import Leadership
 from outbox_core.delivery import Status
 from outbox_core.errors import ConfigurationError
 from outbox_core.messages import NewMessage
@@ -229,3 +232,43 @@ async def test_a_lane_without_a_leader_lease_is_never_gated() -> None:
     report = await worker.run_once()
     assert [call.row.id for call in handler.calls] == ids
     assert report.leadership_lost == 0
+
+
+class LosesCancellation(Lease):
+    """A lease whose renewal, once under way, loses a cancellation and answers anyway: what a
+    pooled connection's wait can do on Python 3.11 (psycopg_pool's getconn waits with
+    ``asyncio.wait_for``, which returns the connection it got at the moment it is cancelled)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.renewing = asyncio.Event()
+
+    async def try_acquire(
+        self, lane: str, holder: str, *, ttl: timedelta, now: datetime | None = None
+    ) -> LeaderTerm | None:
+        if self.answers:  # a renewal (the first answer was the election)
+            self.renewing.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.05)
+        return await super().try_acquire(lane, holder, ttl=ttl, now=now)
+
+
+async def test_a_batch_ends_even_when_its_renewal_loses_the_cancellation() -> None:
+    """The renewal beside a batch is told to stop by a flag and a wake-up as well as by a
+    cancellation: a renewal that lost the cancellation ends at its next turn, so the end of the
+    batch does not wait on it for ever (a fresh-clone CI run hung there, 2026-12-07)."""
+    clock = FakeClock(T0)
+    lease = LosesCancellation(clock)
+    leadership = Leadership(lease, email_lane(timing=TIMING), holder="w1", clock=clock)
+    assert await leadership.lead()
+
+    async def batch() -> None:
+        async with leadership.renewed():
+            leadership._now_please.set()  # ask for a renewal now, as the row-start gate does
+            await lease.renewing.wait()  # the renewal is under way when the batch ends
+
+    running = asyncio.ensure_future(batch())
+    done, _ = await asyncio.wait({running}, timeout=2)
+    assert running in done, "the batch's end waited on a renewal that lost its cancellation"
+    await running
+    assert leadership.term is not None

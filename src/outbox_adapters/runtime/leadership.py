@@ -117,28 +117,41 @@ class Leadership:
             yield
             return
         self._now_please.clear()
-        task = self._renewer = asyncio.ensure_future(self._keep_renewing())
+        done = asyncio.Event()
+        task = self._renewer = asyncio.ensure_future(self._keep_renewing(done))
         try:
             yield
         finally:
             self._renewer = None
+            # The renewer is told twice: a cancellation can be lost on Python 3.11 (the pool's
+            # getconn waits with asyncio.wait_for, which returns the connection it got at the
+            # moment it is cancelled), and the renewer would then renew for ever while this
+            # waits for it. The flag and the wake-up end it at its next turn.
+            done.set()
+            self._now_please.set()
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # asyncio.wait, not ``await task`` under suppress(CancelledError): a cancellation of
+            # this batch while it waits must reach the batch, not be taken for the renewer's.
+            await asyncio.wait({task})
+            if not task.cancelled():
+                task.result()
 
-    async def _keep_renewing(self) -> None:
-        while self.term is not None:
+    async def _keep_renewing(self, done: asyncio.Event) -> None:
+        while self.term is not None and not done.is_set():
             # Real time: a fake clock in a test moves only when the test moves it. The gate may
             # ask for the renewal sooner (_now_please), e.g. when the clock jumped.
             wait = max(0.0, self._renewal_due() - self.clock.monotonic())
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._now_please.wait()
+            if done.is_set():
+                return
             self._now_please.clear()
             await self._acquire()
             answered, self._answered = self._answered, asyncio.Event()
             answered.set()
-        _log.warning("lane %s: leadership lost while a batch ran", self.lane)
+        if self.term is None:
+            _log.warning("lane %s: leadership lost while a batch ran", self.lane)
 
     async def step_down(self) -> None:
         """Give the term back (graceful stop), so a sibling need not wait for the TTL."""
