@@ -169,3 +169,30 @@ def test_may_work_ahead_only_after_a_batch_that_ended_terminal() -> None:
     assert may_work_ahead(claimed=4, terminal=4, timed_out=False)
     assert not may_work_ahead(claimed=4, terminal=3, timed_out=False)
     assert not may_work_ahead(claimed=4, terminal=4, timed_out=True)
+
+
+class SlowAhead(Recording):
+    """A store whose claim ahead takes a while to answer."""
+
+    async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
+        rows = await super().claim_due(request)
+        if request.ahead_of is not None:
+            await asyncio.sleep(0.3)
+        return rows
+
+
+async def test_a_worker_cancelled_while_it_gives_back_a_claim_ahead_is_cancelled() -> None:
+    """A cancellation that arrives while the worker waits for its claim ahead (to give it back)
+    is the worker's: it ends the worker, and is not taken for the claim's."""
+    store = SlowAhead(FakeClock(T0))
+    ids = _events(store, ["a", "b"] * BATCH)
+    worker = _worker(store, Broker(store.log, fail_once={ids[0]}))
+    running = asyncio.ensure_future(worker.run())
+    while sum(entry.startswith("publish") for entry in store.log) < 3:  # a1 refused, b1, b2
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)  # the batch is over; the worker waits for the claim ahead
+    assert len(store.requests) == 2  # the first claim and the one ahead, still unanswered
+    running.cancel()
+    done, _ = await asyncio.wait({running}, timeout=2)
+    assert running in done
+    assert running.cancelled()

@@ -229,14 +229,15 @@ class Worker:
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return
-        try:
-            rows, _ = await ahead
-        except (StoreUnavailable, TimeoutError):
-            return  # if it did commit, its rows come back when their lease ends
-        except asyncio.CancelledError:
-            if not ahead.cancelled():
-                raise  # this worker is being cancelled, not the claim
+        # asyncio.wait, not ``await ahead``: a cancellation of this worker while it waits is the
+        # worker's (it propagates, and the claim runs to its end), never taken for the claim's.
+        await asyncio.wait({ahead})
+        if ahead.cancelled():
             return
+        failure = ahead.exception()
+        if isinstance(failure, StoreUnavailable | TimeoutError):
+            return  # if it did commit, its rows come back when their lease ends
+        rows, _ = ahead.result()
         released = await self.batch.release_all(rows)
         self.stats.released += released
         _log.info(
