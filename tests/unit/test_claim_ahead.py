@@ -174,9 +174,14 @@ def test_may_work_ahead_only_after_a_batch_that_ended_terminal() -> None:
 class SlowAhead(Recording):
     """A store whose claim ahead takes a while to answer."""
 
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.asked_ahead = asyncio.Event()
+
     async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
         rows = await super().claim_due(request)
         if request.ahead_of is not None:
+            self.asked_ahead.set()
             await asyncio.sleep(0.3)
         return rows
 
@@ -188,10 +193,9 @@ async def test_a_worker_cancelled_while_it_gives_back_a_claim_ahead_is_cancelled
     ids = _events(store, ["a", "b"] * BATCH)
     worker = _worker(store, Broker(store.log, fail_once={ids[0]}))
     running = asyncio.ensure_future(worker.run())
-    while sum(entry.startswith("publish") for entry in store.log) < 3:  # a1 refused, b1, b2
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.05)  # the batch is over; the worker waits for the claim ahead
-    assert len(store.requests) == 2  # the first claim and the one ahead, still unanswered
+    await store.asked_ahead.wait()
+    await asyncio.sleep(0.1)  # the batch (a1 refused, b1, b2) is over; the claim ahead unanswered
+    assert sum(entry.startswith("publish") for entry in store.log) == 3
     running.cancel()
     done, _ = await asyncio.wait({running}, timeout=2)
     assert running in done
