@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from outbox_adapters.clock import FakeClock
 from outbox_adapters.lanes.relay import RelayHandler, relay_lane
 from outbox_adapters.memory import MemoryStore
@@ -169,6 +171,8 @@ def test_may_work_ahead_only_after_a_batch_that_ended_terminal() -> None:
     assert may_work_ahead(claimed=4, terminal=4, timed_out=False)
     assert not may_work_ahead(claimed=4, terminal=3, timed_out=False)
     assert not may_work_ahead(claimed=4, terminal=4, timed_out=True)
+    with pytest.raises(ValueError, match="counts"):
+        may_work_ahead(claimed=-1, terminal=0, timed_out=False)
 
 
 class SlowAhead(Recording):
