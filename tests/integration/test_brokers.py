@@ -35,7 +35,7 @@ from outbox_core.outcomes import OutcomeKind
 if TYPE_CHECKING:
     from outbox_adapters.brokers.kafka.consumer import KafkaMessage
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kafka_leftovers")]
 
 BUDGET = timedelta(seconds=5)
 

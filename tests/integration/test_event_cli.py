@@ -19,7 +19,10 @@ from tests.support.postgres import query
 
 from outbox_adapters.demo.sink import SmtpSink
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("empty_outbox")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.usefixtures("empty_outbox", "kafka_leftovers"),
+]
 
 
 def signup_event(dsn: str, topic: str, tenant: str, admin: str) -> str:

@@ -23,7 +23,7 @@ from outbox_core.brokers import DLQ_KIND, DLQ_SOURCE, EVENT_ID_HEADER
 from outbox_core.errors import StoreDataError, StoreUnavailable
 from outbox_core.untrusted import MAX_ID
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kafka_leftovers")]
 
 ESCAPES = "\x1b[2J\x1b]0;pwned\x07\r\nforged: line"
 

@@ -16,7 +16,7 @@ from tests.support.cli import outbox
 
 from outbox_adapters.telemetry.logs import JsonFormatter, TextFormatter
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kafka_leftovers")]
 
 NOWHERE = "postgresql://ops@127.0.0.1:1/outbox"
 STATS = ("stats",)
