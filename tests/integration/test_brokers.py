@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
+import nats
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from tests.support.broker_contract import Reader, message
@@ -113,6 +114,35 @@ async def test_nats_publishes_many_at_once_each_answered_by_its_own_puback(nats_
     finally:
         await broker.aclose()
     assert broker.ready() is None
+
+
+async def test_nats_a_puback_that_does_not_come_within_the_budget_is_a_maybe_delivered_retry(
+    nats_broker, nats_url: str
+):
+    """A subject a plain subscriber takes and no stream stores: the publish reaches the server,
+    and no PubAck ever comes. The publish ends at its budget, transient and maybe delivered (never
+    sent), and the connection goes on publishing."""
+    await nats_broker.jetstream()
+    silent = topic_name()
+    listener = await nats.connect(nats_url)
+    heard = await listener.subscribe(silent)  # no reply: the publisher's PubAck never comes
+    try:
+        publisher = nats_broker.publisher()
+        started = asyncio.get_running_loop().time()
+        outcome = await publisher.publish(message(silent, "k", 0), budget=timedelta(seconds=0.3))
+        took = asyncio.get_running_loop().time() - started
+        assert outcome.kind is OutcomeKind.TRANSIENT
+        assert outcome.maybe_delivered
+        assert "no acknowledgement in time" in outcome.reason
+        assert 0.25 <= took < 2.0
+        assert (await heard.next_msg(timeout=1.0)).subject == silent  # it did reach the server
+        topic = topic_name()
+        await nats_broker.declare(StreamSpec(name=topic, subjects=(topic,)))
+        nats_broker.made_streams += [topic, f"{topic}-dlq"]
+        after = await publisher.publish(message(topic, "k", 1), budget=BUDGET)
+        assert after.kind is OutcomeKind.SENT
+    finally:
+        await listener.close()
 
 
 async def test_nats_never_auto_creates_a_stream_a_publish_to_an_undeclared_subject_is_transient(

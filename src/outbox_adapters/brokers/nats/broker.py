@@ -25,7 +25,7 @@ import ssl
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import nats
@@ -308,7 +308,9 @@ class NatsPublisher:
     The message goes out with nats-py's asynchronous publish (one reply subscription per
     connection, a future per message) and the PubAck is awaited within ``budget``: several
     publishes of one process (a relay window's keys) are on the wire at once, each answered by its
-    own acknowledgement.
+    own acknowledgement. While connected, the budget is one loop timer that fails the PubAck's
+    future with :class:`TimeoutError` (no cancel scope per publish); a publish that must connect
+    first runs under a time limit around the connect and the publish.
     """
 
     def __init__(self, broker: NatsBroker) -> None:
@@ -317,15 +319,16 @@ class NatsPublisher:
     async def publish(self, message: BrokerMessage, *, budget: timedelta) -> Outcome:
         headers = {EVENT_ID_HEADER: message.message_id, **message.headers}
         headers[MSG_ID] = message.message_id
-        connected = False
+        js = self.broker.ready()
+        connected = js is not None
         try:
-            async with asyncio.timeout(budget.total_seconds()):
-                js = self.broker.ready() or await self.broker.jetstream()
-                connected = True
-                acknowledged = await js.publish_async(
-                    message.subject, message.body, headers=headers
-                )
-                await acknowledged
+            if js is None:
+                async with asyncio.timeout(budget.total_seconds()):
+                    js = await self.broker.jetstream()
+                    connected = True
+                    await (await js.publish_async(message.subject, message.body, headers=headers))
+            else:
+                await _acknowledged_within(js, message, headers, budget.total_seconds())
         except BrokerUnavailable as exc:
             return Outcome.transient(str(exc))
         except Exception as exc:
@@ -338,3 +341,45 @@ class NatsPublisher:
         # Stored (the PubAck's seq), or a duplicate of a stored one (its duplicate flag): sent
         # either way.
         return _SENT
+
+
+async def _acknowledged_within(
+    js: nats.js.JetStreamContext, message: BrokerMessage, headers: dict[str, str], seconds: float
+) -> None:
+    """Publish ``message`` with nats-py's asynchronous publish and wait for its PubAck, for at most
+    ``seconds`` in all; :class:`TimeoutError` when the publish (a full pending buffer) or its
+    acknowledgement is late. One loop timer (:class:`_Expiry`) instead of a cancel scope."""
+    task = asyncio.current_task()
+    assert task is not None  # noqa: S101 - a coroutine of a task
+    expiry = _Expiry(task)
+    timer = asyncio.get_running_loop().call_later(seconds, expiry.fire)
+    try:
+        acknowledged = await js.publish_async(message.subject, message.body, headers=headers)
+        expiry.future = acknowledged
+        await acknowledged
+    except asyncio.CancelledError:
+        # The timer cancelled the publish itself: a timeout, unless the task was cancelled too.
+        if expiry.cancelled_task and task.uncancel() == 0:
+            raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
+
+
+class _Expiry:
+    """What a publish's timer does when it fires: fail the PubAck's future with
+    :class:`TimeoutError` once there is one, else cancel the task still in the publish call."""
+
+    __slots__ = ("cancelled_task", "future", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.future: asyncio.Future[api.PubAck] | None = None
+        self.cancelled_task = False
+
+    def fire(self) -> None:
+        if self.future is None:
+            self.cancelled_task = True
+            self.task.cancel()
+        elif not self.future.done():
+            self.future.set_exception(TimeoutError())
