@@ -12,7 +12,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from outbox_adapters.postgres import statements
+from outbox_adapters.postgres import claim_forms, statements
 from outbox_adapters.postgres.store import PostgresStore
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_core.messages import ClaimToken, Mark
@@ -80,5 +80,7 @@ async def test_claims_that_come_back_short_scan_from_the_start(dsn: str, store: 
 def test_only_the_plain_claim_has_a_floor() -> None:
     plain = statements.render(statements.CLAIM, outbox_message)
     assert "%(floor)s" in plain
-    assert statements.FLOOR_TEST not in statements.legacy_null_due(statements.CLAIM)
-    assert statements.FLOOR_TEST not in statements.per_key_order(statements.CLAIM, "partition_key")
+    assert claim_forms.FLOOR_TEST not in claim_forms.legacy_null_due(statements.CLAIM)
+    assert claim_forms.FLOOR_TEST not in claim_forms.per_key_order(
+        statements.CLAIM, "partition_key"
+    )

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from outbox_adapters.postgres import statements
+from outbox_adapters.postgres import claim_forms, statements
 from outbox_adapters.postgres.events import outbox_event, publish_async
 from outbox_adapters.postgres.store import PostgresStore
 from outbox_adapters.postgres.tables import outbox_message
@@ -150,7 +150,7 @@ async def test_a_failed_row_does_not_block_its_key(dsn: str, events: PostgresSto
 
 def test_only_the_ordered_table_gets_the_per_key_claim() -> None:
     claim_sql = statements.CLAIM
-    ordered = statements.per_key_order(claim_sql, "partition_key")
+    ordered = claim_forms.per_key_order(claim_sql, "partition_key")
     assert 'earlier."partition_key"' in ordered
     assert "ORDER BY next_attempt_at" not in ordered
     # Every other table's claim is the template as it was (the deliveries keep their legacy branch).
@@ -159,7 +159,7 @@ def test_only_the_ordered_table_gets_the_per_key_claim() -> None:
     )
     for table in (outbox_message, outbox_webhook):
         assert "earlier" not in statements.render(claim_sql, table)
-    assert "earlier" not in statements.legacy_null_due(claim_sql)
+    assert "earlier" not in claim_forms.legacy_null_due(claim_sql)
     assert outbox_webhook_delivery.info.get("leased_outbox.ordered_by") is None
     assert outbox_event.info["leased_outbox.ordered_by"] == "partition_key"
 
@@ -194,7 +194,7 @@ def test_ordered_by_must_name_a_not_null_extra_column() -> None:
     assert key_order_column(table) == "k"
     assert key_order_column(outbox_message) is None
     with pytest.raises(LookupError, match="per_key_order can't extend it"):
-        statements.per_key_order("SELECT 1", "k")
+        claim_forms.per_key_order("SELECT 1", "k")
 
 
 def claim_ahead_of(token: ClaimToken, limit: int = 10) -> ClaimRequest:

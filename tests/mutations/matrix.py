@@ -30,8 +30,8 @@ from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.lanes import send_caps as _send_caps
 from outbox_adapters.lanes import webhooks as _webhook_lane
 from outbox_adapters.portal import app as _portal_app
+from outbox_adapters.postgres import claim_forms, operator_statements, statements
 from outbox_adapters.postgres import delivery_order as _delivery_order
-from outbox_adapters.postgres import operator_statements, statements
 from outbox_adapters.postgres import retention as _retention
 from outbox_adapters.postgres import store as _postgres_store
 from outbox_adapters.postgres.channels import feed as _feed_sql
@@ -572,7 +572,7 @@ MUTANTS += (
 
 # --- events: the event outbox's per-key claim order and the relay (ADR 0020) ---------------------
 # The per-key claim is derived at render time from the one CLAIM template
-# (statements.per_key_order), so the CLAIM mutants above reach the event outbox too; these
+# (claim_forms.per_key_order), so the CLAIM mutants above reach the event outbox too; these
 # mutants drop its own guards. The relay's ack: the handler's publish_acknowledged.
 
 EVENT_CLAIM = "tests/integration/test_event_claim_order.py"
@@ -581,7 +581,7 @@ RELAY_WINDOW = "tests/integration/test_relay_window_order.py"
 
 
 def _no_key_order(claim: str, key: str) -> str:
-    """The mutant of statements.per_key_order: the claim in id order, with no per-key guard."""
+    """The mutant of claim_forms.per_key_order: the claim in id order, with no per-key guard."""
     del key
     return claim.replace("    ORDER BY next_attempt_at, id\n", "    ORDER BY id\n")
 
@@ -612,11 +612,11 @@ def _never_held_back(batch: Any, key: str) -> bool:
     return False
 
 
-_PER_KEY_ORDER = statements.per_key_order
+_PER_KEY_ORDER = claim_forms.per_key_order
 
 
 def _ahead_of_anyone(claim: str, key: str) -> str:
-    """The mutant of statements.per_key_order: a claim made ahead lets EVERY leased row stop
+    """The mutant of claim_forms.per_key_order: a claim made ahead lets EVERY leased row stop
     holding its key back, not only the rows of the batch it names."""
     return _PER_KEY_ORDER(claim, key).replace(
         "earlier.claim_token IS DISTINCT FROM %(ahead_of)s::text", "%(ahead_of)s::text IS NULL"
@@ -638,7 +638,7 @@ MUTANTS += (
         "a claim ahead passes only the rows still leased by the batch it names",
         "let a claim ahead pass the rows leased by any claim",
         f"{EVENT_CLAIM}::test_a_claim_ahead_takes_the_rows_that_follow_its_own_batch_and_no_one_elses",
-        (statements, "per_key_order", _ahead_of_anyone),
+        (claim_forms, "per_key_order", _ahead_of_anyone),
     ),
     Mutant(
         "claim-ahead-past-a-retry",
@@ -652,7 +652,7 @@ MUTANTS += (
         "per-key order in the event outbox's claim",
         "drop the per-key predicate (claim in id order only)",
         f"{EVENT_CLAIM}::test_a_key_s_later_row_waits_while_its_earlier_row_waits_for_a_retry",
-        (statements, "per_key_order", _no_key_order),
+        (claim_forms, "per_key_order", _no_key_order),
     ),
     Mutant(
         "event-claim-key-order-blocked-rows-take-slots",
@@ -1229,7 +1229,7 @@ MUTANTS += (
         "the claim starts its scan at the floor (FLOOR_TEST in CLAIM)",
         "drop the floor's line: every claim walks the dead index entries of a burst",
         f"{CLAIM_FLOOR}::test_a_row_below_the_floor_is_claimed_within_a_full_scan_while_a_backlog_lasts",
-        _replace("CLAIM", statements.FLOOR_TEST, ""),
+        _replace("CLAIM", claim_forms.FLOOR_TEST, ""),
     ),
 )
 

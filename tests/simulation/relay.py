@@ -10,7 +10,7 @@ be stored with its acknowledgement lost (reported transient), or find the broker
 Node faults as in the e-mail world.
 
 The store claims in per-key order, as ``PostgresStore`` does for ``outbox_event``: the shipped
-``MemoryStore(ordered_by=event_key)`` (its model of ``statements.per_key_order``).
+``MemoryStore(ordered_by=event_key)`` (its model of ``claim_forms.per_key_order``).
 
 The world (drawn from the seed): 2 to 4 nodes; batches of 3 to 8 rows, one window (the default)
 or the strict relay; 8 to 24 events over the first minute on 1 to 3 partition keys, often in

@@ -1,5 +1,5 @@
 """The in-memory store's per-key claim for the event outbox (``MemoryStore(ordered_by=
-event_key)``), the model of PostgreSQL's ``statements.per_key_order`` (whose own tests are
+event_key)``), the model of PostgreSQL's ``claim_forms.per_key_order`` (whose own tests are
 tests/integration/test_event_claim_order.py): a key's later row waits while an earlier one waits
 for its retry or was left out of the claim; other keys go on; without it, due order."""
 

@@ -1,6 +1,6 @@
 """The per-key claims of the in-memory store, on the fake's rows.
 
-- :func:`in_key_order`: the event outbox's (what ``statements.per_key_order`` makes PostgreSQL do
+- :func:`in_key_order`: the event outbox's (what ``claim_forms.per_key_order`` makes PostgreSQL do
   for ``outbox_event``, ADR 0020). Two guards, in id order: no row while an earlier row of its key
   is pending and not due (a retry waiting out its backoff holds its key back), and no row while
   an earlier pending row of its key is left out of this claim (the batch's limit cut it off). So

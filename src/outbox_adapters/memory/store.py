@@ -28,7 +28,7 @@ this store can't find them and leaves that text as it is (the worker fails such 
 failed row keeps its payload, so only a direct dispatched mark can see it).
 
 Claims: due time, then id, like every queue table but one. The event outbox claims in per-key
-order on PostgreSQL (``statements.per_key_order``); ``MemoryStore(ordered_by=event_key)``
+order on PostgreSQL (``claim_forms.per_key_order``); ``MemoryStore(ordered_by=event_key)``
 (:mod:`.ordering`) does the same here, so a relay over this store keeps each key's order across
 retries and claims too.
 

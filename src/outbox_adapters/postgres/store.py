@@ -38,13 +38,13 @@ transaction open across a send.
   :class:`~outbox_core.errors.ConfigurationError` before writing anything. A plain mark stays one
   statement.
 - On a table built with ``queue_table(..., legacy_null_due=True)`` the claim also takes pending
-  rows whose due time is NULL (:func:`.statements.legacy_null_due`, derived from ``CLAIM``).
+  rows whose due time is NULL (:func:`.claim_forms.legacy_null_due`, derived from ``CLAIM``).
 - On the webhook deliveries table (``endpoint_id``, ``event_id``, ``ordering_key``) the claim
   never takes a keyed delivery while an earlier one of its (endpoint, key) is pending
   (:func:`.delivery_order.delivery_key_order`, derived from ``CLAIM``; ADR 0018).
 - On a table built with ``queue_table(..., ordered_by=KEY)`` the claim takes rows in id order and
   never a row while an earlier row of its key is pending outside this claim
-  (:func:`.statements.per_key_order`, derived from ``CLAIM``): the event relay's per-key order.
+  (:func:`.claim_forms.per_key_order`, derived from ``CLAIM``): the event relay's per-key order.
 - The operator's port (``get``, ``list_failed``, ``lane_stats``, ``requeue_failed``,
   ``rewrite_payloads``) is in :mod:`.operator`, its SQL in :mod:`.operator_statements`.
 
@@ -68,7 +68,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table
 
-from outbox_adapters.postgres import delivery_order, statements
+from outbox_adapters.postgres import claim_forms, delivery_order, statements
 from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.errors import mapped_outages
 from outbox_adapters.postgres.marks import (
@@ -207,16 +207,16 @@ class PostgresStore(OperatorQueries):
     async def claim_due(self, request: ClaimRequest) -> Sequence[ClaimedRow]:
         claim = statements.CLAIM
         if has_legacy_null_due(self._table):
-            claim = statements.legacy_null_due(claim)
+            claim = claim_forms.legacy_null_due(claim)
         if has_delivery_key_order(self._table):
             claim = delivery_order.delivery_key_order(claim)
         key = key_order_column(self._table)
         if key is not None:
-            claim = statements.per_key_order(claim, key)
+            claim = claim_forms.per_key_order(claim, key)
         # The scan floor (outbox_core.scan_floor), on the claims that keep it (due-time order,
         # no NULL due times): not the legacy or per-key claims.
         floor = None
-        if statements.FLOOR_TEST in claim:
+        if claim_forms.FLOOR_TEST in claim:
             floor = self._floors.setdefault(request.lane, ScanFloor())
         params = {
             "lane": request.lane,

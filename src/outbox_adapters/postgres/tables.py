@@ -145,7 +145,7 @@ def _queue_columns(*, legacy_null_due: bool = False) -> list[Column[Any]]:
         #: When the row is due. While the row is claimed it doubles as the lease expiry: the claim
         #: pushes it to ``now + lease``, so a sibling can take the row only after the lease ran out.
         #: NULL only on a ``legacy_null_due`` table, in rows written before due times were
-        #: always set; the claim treats such a row as due (see ``statements.legacy_null_due``).
+        #: always set; the claim treats such a row as due (see ``claim_forms.legacy_null_due``).
         Column(
             "next_attempt_at",
             DateTime(timezone=True),
@@ -191,7 +191,7 @@ def queue_table(
     ``ordered_by`` names one of the ``extra`` columns (a partition key, NOT NULL) whose rows must be
     worked in id order per key: the store's claim on this table orders by id and never takes a row
     while an earlier row of the same key is pending and not in the same claim (waiting for a retry,
-    or leased by another claim); see ``statements.per_key_order``. Two partial indexes serve it.
+    or leased by another claim); see ``claim_forms.per_key_order``. Two partial indexes serve it.
     Other tables' claims are unchanged.
 
     Every queue table is built here, once per name, so the queue columns are defined in one
