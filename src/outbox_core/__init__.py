@@ -23,6 +23,7 @@ from outbox_core.classify import (
 )
 from outbox_core.decide import decide
 from outbox_core.delivery import Event, Status
+from outbox_core.email_payload import EmailPayload
 from outbox_core.errors import (
     ConfigurationError,
     IllegalTransition,
@@ -39,7 +40,7 @@ from outbox_core.errors import (
 from outbox_core.mail import Attachment, OutgoingMail, build_message, validate_address
 from outbox_core.messages import ClaimedRow, ClaimToken, Mark, NewMessage
 from outbox_core.outcomes import Outcome, OutcomeKind
-from outbox_core.payload import EmailPayload, validate_payload
+from outbox_core.payload import validate_payload
 from outbox_core.scrub import DEFAULT_SECRET_KEYS, ScrubRules
 from outbox_core.signing import WebhookSecret, webhook_headers
 from outbox_core.timing import (

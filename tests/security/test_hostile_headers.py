@@ -24,10 +24,11 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 from tests.strategies import header_values
 
+from outbox_core.email_payload import EmailPayload
 from outbox_core.errors import InvalidMessage, UnsafeHeader
 from outbox_core.mail import clean_line, clean_text
 from outbox_core.outcomes import Outcome, OutcomeKind
-from outbox_core.payload import EmailPayload, validate_payload
+from outbox_core.payload import validate_payload
 
 pytestmark = pytest.mark.integration
 

@@ -22,6 +22,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from tests.support.mail import build_mail
 
+from outbox_core.email_payload import EmailPayload
 from outbox_core.errors import InvalidMessage, InvalidPayload, UnsafeHeader
 from outbox_core.mail import (
     ATTACHMENTS_KEY,
@@ -37,7 +38,6 @@ from outbox_core.mail import (
     mime,
     verify,
 )
-from outbox_core.payload import EmailPayload
 from outbox_core.scrub import DEFAULT_SECRET_KEYS, ScrubRules
 
 DATE = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.strategies import json_objects_of, json_values_of, storable_text
 
+from outbox_core.email_payload import EmailPayload
 from outbox_core.errors import ConfigurationError, InvalidPayload, InvalidRecipient, UnsafeHeader
 from outbox_core.mail import MAX_RECIPIENTS, clean_line, clean_text
 from outbox_core.payload import (
@@ -25,7 +26,6 @@ from outbox_core.payload import (
     MAX_DEPTH,
     MAX_MESSAGE_BYTES,
     RESERVED_KEYS,
-    EmailPayload,
     decode_payload,
     validate_payload,
 )

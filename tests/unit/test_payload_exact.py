@@ -8,8 +8,9 @@ import math
 
 import pytest
 
+from outbox_core.email_payload import EmailPayload
 from outbox_core.errors import InvalidPayload
-from outbox_core.payload import EmailPayload, validate_payload
+from outbox_core.payload import validate_payload
 
 
 def refusal(payload: object) -> str:

@@ -16,8 +16,8 @@ from outbox_adapters.lanes.webhooks import (
 )
 from outbox_adapters.postgres.webhooks import Endpoint
 from outbox_core.backoff import WEBHOOK_BACKOFF
+from outbox_core.email_payload import EmailPayload
 from outbox_core.errors import StaleDeliveryMark
-from outbox_core.payload import EmailPayload
 from outbox_core.signing import WebhookSecret, webhook_headers
 from outbox_core.timing import FanOutTiming, WebhookTiming
 

@@ -36,6 +36,7 @@ from outbox_adapters.lanes.hooks import (
 )
 from outbox_adapters.runtime import LaneConfig
 from outbox_core.backoff import EMAIL_BACKOFF
+from outbox_core.email_payload import EmailPayload
 from outbox_core.errors import (
     ConfigurationError,
     InvalidMessage,
@@ -54,7 +55,6 @@ from outbox_core.outcomes import Outcome, OutcomeKind
 from outbox_core.payload import (
     MAX_MESSAGE_BYTES,
     RESERVED_KEYS,
-    EmailPayload,
     decode_payload,
     validate_payload,
 )
