@@ -66,6 +66,33 @@ async def test_ensure_writes_once_per_key_and_answers_every_row(parts: Parts) ->
         assert row.wait == timedelta(0)  # due now
 
 
+async def test_a_new_events_rows_are_written_and_one_written_before_is_found_not_doubled(
+    parts: Parts,
+) -> None:
+    """``new`` (the event's first delivery) writes what is missing and finds what another process
+    wrote: each key still has one row, in the state it is in."""
+    rows, _, store = parts
+    await rows.ensure([_message("e4:welcome")])  # another process got there first
+    token = ClaimToken.from_entropy(os.urandom(16))
+    (claimed,) = await store.claim_due(
+        ClaimRequest(lane=LANE, limit=5, lease=timedelta(minutes=5), token=token)
+    )
+    await store.mark_if_pending(Mark.failed(claimed, "550 no such user"))
+    both = await rows.ensure(
+        [_message("e4:welcome", to="other@example.org"), _message("e4:notify")], new=True
+    )
+    assert (both["e4:welcome"].status, both["e4:welcome"].attempts) == (Status.FAILED, 1)
+    assert both["e4:welcome"].last_error == "550 no such user"
+    assert (both["e4:notify"].status, both["e4:notify"].attempts) == (Status.PENDING, 0)
+    again = await rows.ensure([_message("e4:welcome"), _message("e4:notify")], new=True)
+    assert {k: r.status for k, r in again.items()} == {k: r.status for k, r in both.items()}
+    token = ClaimToken.from_entropy(os.urandom(16))
+    left = await store.claim_due(
+        ClaimRequest(lane=LANE, limit=5, lease=timedelta(minutes=5), token=token)
+    )
+    assert len(left) == 1  # e4:notify, written once
+
+
 async def test_a_row_reports_its_claim_its_retry_and_its_failure(parts: Parts) -> None:
     rows, _, store = parts
     await rows.ensure([_message("e2:a"), _message("e2:b")])

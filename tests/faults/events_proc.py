@@ -220,8 +220,8 @@ def _kill_after_rows(nth: int) -> None:
     original = RecipientRows.ensure
     seen = [0]
 
-    async def ensure(self: RecipientRows, messages: Sequence[Any]) -> Any:
-        rows = await original(self, messages)
+    async def ensure(self: RecipientRows, messages: Sequence[Any], *, new: bool = False) -> Any:
+        rows = await original(self, messages, new=new)
         if any(row.attempts == 0 and row.status.value == "pending" for row in rows.values()):
             seen[0] += 1
             if seen[0] == nth:

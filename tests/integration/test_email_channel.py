@@ -33,9 +33,12 @@ from tests.support.channels import (
 )
 
 from outbox_adapters.demo.sink import SmtpSink
+from outbox_adapters.lanes.email import EMAIL_LANE, email_message
 from outbox_adapters.memory import MemoryBroker
 from outbox_adapters.postgres import PostgresStore
+from outbox_adapters.postgres.channels import RecipientRows
 from outbox_adapters.smtp import SmtpMailer
+from outbox_core.delivery import Status
 from outbox_core.messages import ClaimToken
 from outbox_core.ports import ClaimRequest
 
@@ -245,3 +248,30 @@ async def test_an_invalid_recipient_is_terminal_and_parked_and_free_text_is_clea
     assert notice["Subject"] == "New tenant: Acme  Bcc: spy@evil.example"  # CR LF -> spaces
     assert all("evil" not in r for mail in sink.handler.snapshot() for r in mail.recipients)
     assert stats.consumer.acked == 1
+
+
+async def test_a_new_events_rows_are_written_without_looking_for_them_first(pool, monkeypatch):
+    """PostgreSQL's recipient rows: a new event's rows are written and read back once (no read
+    before the write); an event's rows that exist are read once and nothing is written."""
+    rows = RecipientRows(pool, lane=EMAIL_LANE)
+    reads: list[list[str]] = []
+    read = RecipientRows._read
+
+    async def counted(self: RecipientRows, conn: Any, keys: list[str]) -> list[tuple[Any, ...]]:
+        reads.append(keys)
+        return await read(self, conn, keys)
+
+    monkeypatch.setattr(RecipientRows, "_read", counted)
+    made = [
+        email_message(to=f"{kind}@example.org", subject="s", text="t", idempotency_key=f"e9:{kind}")
+        for kind in ("welcome", "notify")
+    ]
+    first = await rows.ensure(made, new=True)
+    assert reads == [["e9:welcome", "e9:notify"]]  # once, after the write
+    assert {key: row.status for key, row in first.items()} == {
+        "e9:welcome": Status.PENDING,
+        "e9:notify": Status.PENDING,
+    }
+    again = await rows.ensure(made)
+    assert len(reads) == 2  # one read, and no transaction: every row was there
+    assert again == first

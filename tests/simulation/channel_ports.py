@@ -131,8 +131,10 @@ class FaultyRows(_Port):
     def lane(self) -> str:
         return self.inner.lane
 
-    async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]:
-        return await self._call("ensure", lambda: self.inner.ensure(messages))
+    async def ensure(
+        self, messages: Sequence[NewMessage], *, new: bool = False
+    ) -> dict[str, RecipientRow]:
+        return await self._call("ensure", lambda: self.inner.ensure(messages, new=new))
 
     async def rearm(self, channel: str, event_id: str) -> frozenset[str]:
         return await self._call("rearm", lambda: self.inner.rearm(channel, event_id), write=True)

@@ -6,6 +6,7 @@ insert-or-nothing keeps its rows one per kind."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -16,6 +17,7 @@ from outbox_adapters.lanes import row_channel
 from outbox_adapters.lanes.row_channel import Recipient, RowChannel
 from outbox_adapters.memory import MemoryStore
 from outbox_adapters.memory.channels import MemoryRecipientRows
+from outbox_adapters.postgres.channels import RecipientRow
 from outbox_core.delivery import Status
 from outbox_core.events import EventEnvelope
 from outbox_core.messages import ClaimToken, Mark, NewMessage
@@ -107,3 +109,29 @@ async def test_the_events_remembered_are_bounded_the_oldest_forgotten_first(
     for n in (3, 2, 1):
         await channel.deliver(event(n), Delivery(2))
     assert recipients.built == ["evt-1", "evt-2", "evt-3", "evt-1"]
+
+
+class Recording(MemoryRecipientRows):
+    """The memory rows, recording what each ``ensure`` was told about the event."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store, lane=LANE)
+        self.told: list[bool] = []
+
+    async def ensure(
+        self, messages: Sequence[NewMessage], *, new: bool = False
+    ) -> dict[str, RecipientRow]:
+        self.told.append(new)
+        return await super().ensure(messages, new=new)
+
+
+async def test_only_a_first_delivery_the_channel_has_not_rendered_is_written_as_new() -> None:
+    """The store may skip looking for the rows of a new event; a recheck, a redelivery after a
+    restart and an event this process rendered before are never new."""
+    rows = Recording(MemoryStore())
+    channel = RowChannel("host-sms", rows, Counted())
+    await channel.deliver(event(1), Delivery(1))  # first sight
+    await channel.deliver(event(1), Delivery(2))  # the recheck
+    await channel.deliver(event(2), Delivery(3))  # redelivered to a fresh process
+    await channel.deliver(event(1), Delivery(1))  # delivered once more, still remembered
+    assert rows.told == [True, False, False, False]

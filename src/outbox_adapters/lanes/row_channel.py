@@ -76,7 +76,12 @@ class RecipientRowStore(Protocol):
     @property
     def lane(self) -> str: ...
 
-    async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]: ...
+    async def ensure(
+        self, messages: Sequence[NewMessage], *, new: bool = False
+    ) -> dict[str, RecipientRow]:
+        """Insert-or-nothing, then every row by key; ``new``: the event's first delivery to this
+        channel (the rows are most likely not there yet: a store may skip looking first)."""
+        ...
 
     async def rearm(self, channel: str, event_id: str) -> frozenset[str]:
         """Put back to pending the failed rows of ``event_id`` whose park an operator lifted
@@ -134,9 +139,11 @@ class RowChannel:
         return self._name
 
     async def deliver(self, event: EventEnvelope, message: ReceivedMessage) -> Settlement:
+        # A first delivery this process has not rendered before: its rows are most likely new.
+        new = message.deliveries <= 1 and event.id not in self._rendered
         messages, refused = self._recipients_of(event)
         parked = list(refused)
-        rows = await self.rows.ensure(list(messages.values())) if messages else {}
+        rows = await self.rows.ensure(list(messages.values()), new=new) if messages else {}
         if any(row.status is Status.FAILED for row in rows.values()) and await self._rearm(event):
             # A redriven event: the rows whose park was lifted are pending again; read them back.
             rows = await self.rows.ensure(list(messages.values()))

@@ -40,9 +40,14 @@ class MemoryRecipientRows:
         #: The parks :meth:`rearm` reads (PostgreSQL's rows and ledger share one database).
         self.ledger = ledger
 
-    async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]:
+    async def ensure(
+        self, messages: Sequence[NewMessage], *, new: bool = False
+    ) -> dict[str, RecipientRow]:
         """Write each message unless a row with its key exists, then return every row by key.
-        Each message carries this lane and a key (``ValueError`` otherwise, before any write)."""
+        Each message carries this lane and a key (``ValueError`` otherwise, before any write).
+        ``new`` (the event's first delivery) changes nothing here: the store's write is
+        insert-or-nothing and reading costs nothing."""
+        del new
         keys = []
         for message in messages:
             if message.lane != self.lane or not message.idempotency_key:

@@ -83,18 +83,22 @@ class RecipientRows:
         self._states = sql.SQL(_STATES).format(table=sql.Identifier(self.table.name))
 
     @mapped_outages
-    async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]:
+    async def ensure(
+        self, messages: Sequence[NewMessage], *, new: bool = False
+    ) -> dict[str, RecipientRow]:
         """Write each message unless a row with its idempotency key exists (insert-or-nothing),
         then return every row by key, in one transaction. Each message carries this lane and a
         key. The rows are read first: when every one exists (an event looked at again while its
-        recipients are being sent), that one read is all it costs."""
+        recipients are being sent), that one read is all it costs. ``new``: the caller has not
+        seen the event before (its first delivery), so that read is skipped; a row another process
+        wrote is still found, not written twice."""
         keys = []
         for message in messages:
             if message.lane != self.lane or not message.idempotency_key:
                 raise ValueError(f"a recipient row needs lane {self.lane!r} and an idempotency key")
             keys.append(message.idempotency_key)
         async with self._pool.connection() as conn:
-            found = await self._read(conn, keys)
+            found = [] if new else await self._read(conn, keys)
             if len(found) < len(set(keys)):
                 async with conn.transaction():
                     for message in messages:
