@@ -250,28 +250,40 @@ async def test_an_invalid_recipient_is_terminal_and_parked_and_free_text_is_clea
     assert stats.consumer.acked == 1
 
 
-async def test_a_new_events_rows_are_written_without_looking_for_them_first(pool, monkeypatch):
-    """PostgreSQL's recipient rows: a new event's rows are written and read back once (no read
-    before the write); an event's rows that exist are read once and nothing is written."""
+async def test_a_new_events_rows_are_written_without_reading_them(pool, monkeypatch):
+    """PostgreSQL's recipient rows: a new event's rows are written and not read at all (created
+    in this transaction, their state is known); a row another process wrote first is the only one
+    read back; an event's rows that all exist are read once and nothing is written."""
     rows = RecipientRows(pool, lane=EMAIL_LANE)
     reads: list[list[str]] = []
     read = RecipientRows._read
 
-    async def counted(self: RecipientRows, conn: Any, keys: list[str]) -> list[tuple[Any, ...]]:
+    async def counted(self: RecipientRows, conn: Any, keys: list[str]) -> Any:
         reads.append(keys)
         return await read(self, conn, keys)
 
     monkeypatch.setattr(RecipientRows, "_read", counted)
-    made = [
-        email_message(to=f"{kind}@example.org", subject="s", text="t", idempotency_key=f"e9:{kind}")
-        for kind in ("welcome", "notify")
-    ]
-    first = await rows.ensure(made, new=True)
-    assert reads == [["e9:welcome", "e9:notify"]]  # once, after the write
-    assert {key: row.status for key, row in first.items()} == {
-        "e9:welcome": Status.PENDING,
-        "e9:notify": Status.PENDING,
+
+    def made(event: str) -> list[Any]:
+        return [
+            email_message(
+                to=f"{kind}@example.org", subject="s", text="t", idempotency_key=f"{event}:{kind}"
+            )
+            for kind in ("welcome", "notify")
+        ]
+
+    first = await rows.ensure(made("e9"), new=True)
+    assert reads == []
+    assert {key: (row.status, row.attempts, row.wait) for key, row in first.items()} == {
+        "e9:welcome": (Status.PENDING, 0, timedelta(0)),
+        "e9:notify": (Status.PENDING, 0, timedelta(0)),
     }
-    again = await rows.ensure(made)
-    assert len(reads) == 2  # one read, and no transaction: every row was there
+    again = await rows.ensure(made("e9"))
+    assert reads == [["e9:welcome", "e9:notify"]]  # one read, and no write: every row was there
     assert again == first
+
+    await rows.ensure(made("e8")[:1])  # another process wrote one of e8's rows
+    reads.clear()
+    mixed = await rows.ensure(made("e8"), new=True)
+    assert reads == [["e8:welcome"]]  # only the row that was there is read back
+    assert set(mixed) == {"e8:welcome", "e8:notify"}

@@ -88,22 +88,35 @@ class RecipientRows:
     ) -> dict[str, RecipientRow]:
         """Write each message unless a row with its idempotency key exists (insert-or-nothing),
         then return every row by key, in one transaction. Each message carries this lane and a
-        key. The rows are read first: when every one exists (an event looked at again while its
+        key.
+
+        The rows are read first: when every one exists (an event looked at again while its
         recipients are being sent), that one read is all it costs. ``new``: the caller has not
-        seen the event before (its first delivery), so that read is skipped; a row another process
-        wrote is still found, not written twice."""
+        seen the event before (its first delivery), so that read is skipped. A row this call
+        created (due at once) is known without reading it: pending, no attempt, no error, due
+        now, as no other transaction can see it before the commit. Only a row that was there
+        already (another process wrote it) is read back, in the same transaction."""
         keys = []
         for message in messages:
             if message.lane != self.lane or not message.idempotency_key:
                 raise ValueError(f"a recipient row needs lane {self.lane!r} and an idempotency key")
             keys.append(message.idempotency_key)
         async with self._pool.connection() as conn:
-            found = [] if new else await self._read(conn, keys)
+            found = {} if new else await self._read(conn, keys)
             if len(found) < len(set(keys)):
                 async with conn.transaction():
                     for message in messages:
-                        await enqueue_async(conn, message, table=self.table)
-                    found = await self._read(conn, keys)
+                        written = await enqueue_async(conn, message, table=self.table)
+                        key = str(message.idempotency_key)
+                        if written.created and message.not_before is None:
+                            found[key] = _created(key)
+                    missing = [key for key in keys if key not in found]
+                    if missing:
+                        found.update(await self._read(conn, missing))
+        return found
+
+    async def _read(self, conn: AsyncConnection[Any], keys: list[str]) -> dict[str, RecipientRow]:
+        cursor = await conn.execute(self._states, {"lane": self.lane, "keys": keys})
         return {
             key: RecipientRow(
                 key=key,
@@ -112,12 +125,8 @@ class RecipientRows:
                 last_error=last_error,
                 wait=timedelta(seconds=float(wait)),
             )
-            for key, status, attempts, last_error, wait in found
+            for key, status, attempts, last_error, wait in await cursor.fetchall()
         }
-
-    async def _read(self, conn: AsyncConnection[Any], keys: list[str]) -> list[tuple[Any, ...]]:
-        cursor = await conn.execute(self._states, {"lane": self.lane, "keys": keys})
-        return await cursor.fetchall()
 
     @mapped_outages
     async def rearm(self, channel: str, event_id: str) -> frozenset[str]:
@@ -204,3 +213,10 @@ class NotificationWriter:
                 )
                 created += cursor.rowcount
         return created
+
+
+def _created(key: str) -> RecipientRow:
+    """The state of a row this transaction just created, due at once."""
+    return RecipientRow(
+        key=key, status=Status.PENDING, attempts=0, last_error=None, wait=timedelta(0)
+    )
