@@ -135,3 +135,19 @@ async def test_only_a_first_delivery_the_channel_has_not_rendered_is_written_as_
     await channel.deliver(event(2), Delivery(3))  # redelivered to a fresh process
     await channel.deliver(event(1), Delivery(1))  # delivered once more, still remembered
     assert rows.told == [True, False, False, False]
+
+
+class Older(MemoryRecipientRows):
+    """A row store written before ``ensure`` took ``new``."""
+
+    async def ensure(self, messages: Sequence[NewMessage]) -> dict[str, RecipientRow]:  # type: ignore[override]
+        return await super().ensure(messages)
+
+
+async def test_a_row_store_whose_ensure_takes_no_new_is_called_as_before() -> None:
+    store = MemoryStore()
+    older = Older(store, lane=LANE)
+    channel = RowChannel("host-sms", older, Counted())  # type: ignore[arg-type]  # the old protocol
+    assert not (await channel.deliver(event(1), Delivery(1))).terminal
+    await send_all(store)
+    assert (await channel.deliver(event(1), Delivery(2))).terminal

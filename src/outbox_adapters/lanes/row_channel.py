@@ -4,8 +4,10 @@ channel that sends through a lane of its own (SMS, push, ...).
 For each event, the channel asks its ``recipients`` function for one :class:`Recipient` per kind:
 a message for the lane, or a refusal (an invalid address: terminal, parked with the reason). It
 writes every message through the one ``enqueue`` with the idempotency key
-``"{event_id}:{kind}"`` (:func:`recipient_key`), insert-or-nothing, and reads the rows back in the
-same transaction:
+``"{event_id}:{kind}"`` (:func:`recipient_key`), insert-or-nothing, in one transaction, and
+learns each row's state: a row it created is pending and due now, a row that was there already is
+read back in the same transaction (an event's first delivery writes at once; a recheck reads
+first and writes nothing when every row is there):
 
 =================  ==========================================================================
 row                the recipient is
@@ -32,6 +34,7 @@ suppression, fenced marks) applies because the row is sent by that lane's runtim
 
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -129,6 +132,9 @@ class RowChannel:
         self.recipients = recipients
         self.recheck = recheck
         self.recheck_cap = recheck_cap
+        #: Whether ``rows.ensure`` takes ``new`` (a row store written before it joined the
+        #: protocol is called as before).
+        self._tells_new = "new" in inspect.signature(rows.ensure).parameters
         #: The rendered recipients of the events in progress, by event id (oldest first).
         self._rendered: OrderedDict[str, tuple[dict[str, NewMessage], tuple[Parked, ...]]] = (
             OrderedDict()
@@ -143,10 +149,10 @@ class RowChannel:
         new = message.deliveries <= 1 and event.id not in self._rendered
         messages, refused = self._recipients_of(event)
         parked = list(refused)
-        rows = await self.rows.ensure(list(messages.values()), new=new) if messages else {}
+        rows = await self._ensure(list(messages.values()), new=new) if messages else {}
         if any(row.status is Status.FAILED for row in rows.values()) and await self._rearm(event):
             # A redriven event: the rows whose park was lifted are pending again; read them back.
-            rows = await self.rows.ensure(list(messages.values()))
+            rows = await self._ensure(list(messages.values()), new=False)
         waits: list[timedelta] = []
         for kind, written in messages.items():
             row = rows.get(str(written.idempotency_key))
@@ -162,6 +168,11 @@ class RowChannel:
             return Settlement.done(*parked)
         recheck = doubling(max(message.deliveries, 1), first=self.recheck, cap=self.recheck_cap)
         return Settlement.later(min(min(waits) + recheck, self.recheck_cap), *parked)
+
+    async def _ensure(self, messages: list[NewMessage], *, new: bool) -> dict[str, RecipientRow]:
+        if self._tells_new:
+            return await self.rows.ensure(messages, new=new)
+        return await self.rows.ensure(messages)
 
     def _recipients_of(
         self, event: EventEnvelope
