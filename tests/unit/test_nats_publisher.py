@@ -12,6 +12,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import nats.js.errors
 import pytest
 
 from outbox_adapters.brokers.nats.broker import NatsBroker, NatsPublisher
@@ -25,8 +26,11 @@ class StandInJetStream:
     """``publish_async`` as nats-py's: buffers the frame and hands back the PubAck's future;
     ``stall`` makes the call itself wait (a full pending buffer), ``answer`` makes the ack come."""
 
-    def __init__(self, *, stall: bool = False, answer: bool = False) -> None:
-        self.stall = stall
+    def __init__(self, *, stall: bool = False, answer: bool = False, stalled: bool = False) -> None:
+        self.stall = stall or stalled
+        #: A cut stalled call answers nats-py's TooManyStalledMsgsError, as its wait for a
+        #: pending slot does, instead of the cancellation.
+        self.stalled = stalled
         self.answer = answer
         self.futures: list[asyncio.Future[Any]] = []
         self.entered = asyncio.Event()
@@ -39,7 +43,12 @@ class StandInJetStream:
             stalled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             if self.on_cut is not None:
                 stalled.add_done_callback(lambda _: self.on_cut())
-            await stalled
+            try:
+                await stalled
+            except asyncio.CancelledError:
+                if self.stalled:
+                    raise nats.js.errors.TooManyStalledMsgsError from None
+                raise
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.answer:
             asyncio.get_running_loop().call_soon(future.set_result, "puback")
@@ -94,3 +103,17 @@ async def test_a_cancellation_that_comes_with_the_timer_stays_a_cancellation():
     js.on_cut = task.cancel
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_cut_that_nats_py_answers_with_another_error_leaves_no_cancellation_behind():
+    """nats-py turns a cancelled wait for a pending slot into TooManyStalledMsgsError: the publish
+    is a transient outcome, and the task carries no cancellation of the timer's (a later time
+    limit in the same task works as it should)."""
+    outcome = await publisher_on(StandInJetStream(stalled=True)).publish(
+        MESSAGE, budget=timedelta(seconds=0.05)
+    )
+    assert outcome.kind is OutcomeKind.TRANSIENT
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await asyncio.sleep(1)

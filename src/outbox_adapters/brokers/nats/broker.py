@@ -359,11 +359,18 @@ async def _acknowledged_within(
         await acknowledged
     except asyncio.CancelledError:
         # The timer cancelled the publish itself: a timeout, unless the task was cancelled too.
-        if expiry.cancelled_task and task.uncancel() == 0:
-            raise TimeoutError from None
+        if expiry.cancelled_task:
+            expiry.cancelled_task = False
+            if task.uncancel() == 0:
+                raise TimeoutError from None
         raise
     finally:
         timer.cancel()
+        if expiry.cancelled_task:
+            # The timer's cut ended in something else than a CancelledError (nats-py answers a
+            # cancelled wait for a pending slot with TooManyStalledMsgsError): it is taken back
+            # all the same, so the task carries no cancellation of ours.
+            task.uncancel()
 
 
 class _Expiry:
