@@ -659,14 +659,14 @@ MUTANTS += (
         "per-key order: a blocked key's later rows are no candidates",
         "drop the due-level guard (the later rows fill the batch, then the second guard drops them)",
         f"{EVENT_CLAIM}::test_a_blocked_key_does_not_freeze_the_other_keys",
-        (statements, "_KEY_NOT_BLOCKED", ""),
+        (claim_forms, "_KEY_NOT_BLOCKED", ""),
     ),
     Mutant(
         "event-claim-key-order-ignores-locked-earlier-row",
         "per-key order: every earlier pending row of the key is in this claim",
         "drop the UPDATE-level guard (an earlier row held by a concurrent claim is not seen)",
         f"{EVENT_CLAIM}::test_an_earlier_row_held_by_a_concurrent_transaction_keeps_its_later_rows",
-        (statements, "_KEY_ALL_EARLIER_CLAIMED", ""),
+        (claim_forms, "_KEY_ALL_EARLIER_CLAIMED", ""),
     ),
     Mutant(
         "relay-mark-before-ack",
