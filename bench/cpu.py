@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-__all__ = ["CpuMeter", "server_seconds"]
+__all__ = ["CpuMeter", "CpuShares", "machine_busy_seconds", "process_seconds", "server_seconds"]
 
 _TICK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PROC: Final = Path("/proc")
@@ -29,6 +29,24 @@ _PROC: Final = Path("/proc")
 def server_seconds() -> float | None:
     """CPU seconds (user + system, children included) used so far by every process named
     ``postgres`` on this machine; ``None`` without a readable ``/proc`` or such a process."""
+    return process_seconds("postgres")
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds the cores of this machine have spent running work so far, summed over the
+    cores (user, nice, system, irq and softirq time; not idle, iowait or steal); ``None``
+    without a readable ``/proc/stat``."""
+    try:
+        fields = (_PROC / "stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) / _TICK
+
+
+def process_seconds(name: str) -> float | None:
+    """CPU seconds (user + system, children included) used so far by every process named
+    ``name`` on this machine; ``None`` without a readable ``/proc`` or such a process."""
     if not _PROC.is_dir():
         return None
     ticks = 0
@@ -39,7 +57,7 @@ def server_seconds() -> float | None:
         except OSError:  # the process ended meanwhile
             continue
         name_end = text.rfind(")")
-        if text[text.find("(") + 1 : name_end] != "postgres":
+        if text[text.find("(") + 1 : name_end] != name:
             continue
         # After the name: state, ppid, ... utime (14th field), stime, cutime, cstime.
         fields = text[name_end + 2 :].split()
@@ -66,3 +84,42 @@ class CpuMeter:
         server = None if now is None or self._server is None else now - self._server
         per_row = 1e6 / max(rows, 1)
         return client * per_row, None if server is None else server * per_row
+
+
+class CpuShares:
+    """CPU seconds between :meth:`start` and :meth:`stop`, per event: this process's, the
+    named server processes' (each ``None`` when ``/proc`` shows no such process) and the whole
+    machine's; with the wall time, how many cores were busy."""
+
+    def __init__(self, *servers: str) -> None:
+        self._servers = servers
+        self._start: dict[str, float | None] = {}
+        self.last: dict[str, float | None] = {}
+
+    def _read(self) -> dict[str, float | None]:
+        seconds = {name: process_seconds(name) for name in self._servers}
+        seconds["machine"] = machine_busy_seconds()
+        return seconds
+
+    def start(self) -> None:
+        self._start = self._read()
+        self._start["process"] = time.process_time()
+
+    def stop(self) -> None:
+        process = time.process_time()
+        end = self._read()
+        end["process"] = process
+        self.last = {}
+        for name, before in self._start.items():
+            after = end.get(name)
+            self.last[name] = None if before is None or after is None else after - before
+
+    def per_event(self, events: int, seconds: float) -> dict[str, float | None]:
+        """The last span's CPU microseconds per event by owner, and ``cores_busy``."""
+        shares: dict[str, float | None] = {
+            name: None if spent is None else spent * 1e6 / max(events, 1)
+            for name, spent in self.last.items()
+        }
+        machine = self.last.get("machine")
+        shares["cores_busy"] = None if machine is None or seconds <= 0 else machine / seconds
+        return shares

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 import psycopg
 
+from bench.cpu import CpuShares
 from outbox_adapters.lanes.email import email_lane
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.runtime import LaneConfig, Worker
@@ -92,19 +93,25 @@ async def drain_library(  # noqa: PLR0913 - keyword-only, one argument per knob 
     handler: RowHandler = noop_handler,
     worker_kwargs: dict[str, Any] | None = None,
     during: Callable[[], Awaitable[None]] | None = None,
+    cpu: CpuShares | None = None,
 ) -> tuple[int, float]:
     """Drain the lane with ``workers`` workers, each on a store (pool) of its own.
 
     Returns (rows dispatched, seconds from the first claim to the last mark). Pools are opened
     before the clock starts. ``during`` runs alongside the drain and is cancelled when it ends.
+    ``cpu``, if given, measures the CPU spent while the clock runs.
     """
     stores = [await PostgresStore.open(dsn, min_size=pool, max_size=pool) for _ in range(workers)]
     try:
         runners = [Worker(store, handler, config, **(worker_kwargs or {})) for store in stores]
         side = asyncio.ensure_future(during()) if during is not None else None
+        if cpu is not None:
+            cpu.start()
         started = time.perf_counter()
         stats = await asyncio.gather(*(worker.run(drain=True) for worker in runners))
         elapsed = time.perf_counter() - started
+        if cpu is not None:
+            cpu.stop()
         if side is not None:
             side.cancel()
             await asyncio.gather(side, return_exceptions=True)

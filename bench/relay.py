@@ -45,6 +45,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from bench import rows
+from bench.cpu import CpuShares
 from bench.library import DRAIN_POLL, connection_budget, drain_library, lane_config, noop_handler
 from bench.server import fresh_database
 from bench.settings import Sizes
@@ -120,7 +121,12 @@ async def _stored(js: Any, stream: str) -> int:  # noqa: ANN401 - nats-py's JetS
     return int(info.state.messages)
 
 
-async def _bare(js: Any, messages: list[BrokerMessage], in_flight: int) -> float:  # noqa: ANN401
+async def _bare(
+    js: Any,  # noqa: ANN401 - nats-py's JetStreamContext
+    messages: list[BrokerMessage],
+    in_flight: int,
+    cpu: CpuShares,
+) -> float:
     slots = asyncio.Semaphore(in_flight)
 
     async def one(message: BrokerMessage) -> None:
@@ -132,6 +138,7 @@ async def _bare(js: Any, messages: list[BrokerMessage], in_flight: int) -> float
                 headers=_nats_headers(message),
             )
 
+    cpu.start()
     started = time.perf_counter()
     if in_flight == 1:
         for message in messages:
@@ -143,18 +150,25 @@ async def _bare(js: Any, messages: list[BrokerMessage], in_flight: int) -> float
             )
     else:
         await asyncio.gather(*(one(message) for message in messages))
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    cpu.stop()
+    return elapsed
 
 
-async def _publisher_only(broker: NatsBroker, messages: list[BrokerMessage]) -> float:
+async def _publisher_only(
+    broker: NatsBroker, messages: list[BrokerMessage], cpu: CpuShares
+) -> float:
     publisher = broker.publisher()
     budget = timedelta(seconds=PUBLISH_SECONDS)
+    cpu.start()
     started = time.perf_counter()
     for message in messages:
         outcome = await publisher.publish(message, budget=budget)
         if outcome.kind is not OutcomeKind.SENT:
             raise RuntimeError(f"relay publisher_only: {outcome}")
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    cpu.stop()
+    return elapsed
 
 
 async def _load(dsn: str, events: list[EventEnvelope]) -> None:
@@ -177,7 +191,11 @@ async def _load(dsn: str, events: list[EventEnvelope]) -> None:
 
 
 async def _library(
-    pool: AsyncConnectionPool[Any], broker: NatsBroker | None, events: int, timing: RelayTiming
+    pool: AsyncConnectionPool[Any],
+    broker: NatsBroker | None,
+    events: int,
+    timing: RelayTiming,
+    cpu: CpuShares,
 ) -> float:
     """The relay's drain of ``events`` loaded rows; ``broker`` None: a no-op handler instead of
     the publish (the claim, the marks and the runtime alone)."""
@@ -186,9 +204,11 @@ async def _library(
     handler: RowHandler = noop_handler if broker is None else RelayHandler(broker.publisher())
     try:
         worker = Worker(store, handler, config)
+        cpu.start()
         started = time.perf_counter()
         stats = await worker.run(drain=True)
         elapsed = time.perf_counter() - started
+        cpu.stop()
     finally:
         await store.close()  # the connection the store kept goes back to the pool
     async with pool.connection() as conn:
@@ -238,30 +258,33 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
         ) as pool:
             await pool.wait(timeout=30.0)
             counter = iter(range(1_000_000))
+            cpu = CpuShares("postgres", "nats-server")
 
             def fresh() -> list[EventEnvelope]:
                 return _events(f"run{next(counter)}", events)
 
             async def bare() -> float:
-                return await _bare(js, [event_message(TOPIC, e) for e in fresh()], 1)
+                return await _bare(js, [event_message(TOPIC, e) for e in fresh()], 1, cpu)
 
             async def bare_in_flight() -> float:
-                return await _bare(js, [event_message(TOPIC, e) for e in fresh()], IN_FLIGHT)
+                return await _bare(js, [event_message(TOPIC, e) for e in fresh()], IN_FLIGHT, cpu)
 
             async def publisher_only() -> float:
-                return await _publisher_only(broker, [event_message(TOPIC, e) for e in fresh()])
+                return await _publisher_only(
+                    broker, [event_message(TOPIC, e) for e in fresh()], cpu
+                )
 
             async def library() -> float:
                 await _load(dsn, fresh())
-                return await _library(pool, broker, events, DEFAULT_RELAY_TIMING)
+                return await _library(pool, broker, events, DEFAULT_RELAY_TIMING, cpu)
 
             async def library_strict() -> float:
                 await _load(dsn, fresh())
-                return await _library(pool, broker, events, STRICT)
+                return await _library(pool, broker, events, STRICT, cpu)
 
             async def store_only() -> float:
                 await _load(dsn, fresh())
-                return await _library(pool, None, events, DEFAULT_RELAY_TIMING)
+                return await _library(pool, None, events, DEFAULT_RELAY_TIMING, cpu)
 
             variants: dict[str, Callable[[], Awaitable[float]]] = {
                 "bare": bare,
@@ -272,6 +295,7 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
                 "store_only": store_only,
             }
             rates: dict[str, list[float]] = {key: [] for key in variants}
+            shares: dict[str, list[dict[str, float | None]]] = {key: [] for key in variants}
             for run in range(runs):
                 for key in rotation(variants, run):
                     before = await _stored(js, STREAM.name)
@@ -282,6 +306,7 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
                             f"relay {key}: the stream stored {stored} messages, expected {events}"
                         )
                     rates[key].append(events / seconds)
+                    shares[key].append(cpu.per_event(events, seconds))
                     log(f"relay run {run + 1}: {key} {events / seconds:,.0f} events/s")
     finally:
         await client.close()
@@ -297,6 +322,7 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
         "bare_in_flight_ratio": ratio(figures["bare_in_flight"], bare_fig),
         "publisher_only_ratio": ratio(figures["publisher_only"], bare_fig),
         "store_only_ratio": ratio(figures["store_only"], bare_fig),
+        "cpu_per_event": {key: _cpu_figures(runs) for key, runs in shares.items()},
         "variant": {
             "bare": "nats-py js.publish per event, each PubAck awaited, in sequence; same"
             " envelopes, headers and Nats-Msg-Id; no database",
@@ -319,6 +345,19 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
     }
 
 
+def _cpu_figures(runs: list[dict[str, float | None]]) -> dict[str, Figure | None]:
+    """Per owner (this process, ``postgres``, ``nats-server``, the machine) the CPU microseconds
+    per event of a variant's runs, and the cores busy; ``None`` where ``/proc`` could not tell."""
+    owners = {owner for run in runs for owner in run}
+    figures: dict[str, Figure | None] = {}
+    for owner in sorted(owners):
+        values = [run.get(owner) for run in runs]
+        known = [v for v in values if v is not None]
+        unit = "cores" if owner == "cores_busy" else "µs/event"
+        figures[owner] = Figure.of(known, unit) if len(known) == len(values) else None
+    return figures
+
+
 def _smtp(sink: SinkProcess) -> SmtpSettings:
     return SmtpSettings(
         host="127.0.0.1",
@@ -329,13 +368,14 @@ def _smtp(sink: SinkProcess) -> SmtpSettings:
     )
 
 
-async def _consume_once(
+async def _consume_once(  # noqa: PLR0913 - keyword-only, one argument per part of the run
     dsn: str,
     url: str,
     sink: SinkProcess,
     *,
     run: int,
     events: int,
+    cpu: CpuShares,
 ) -> float:
     topic = f"bench-consume-{run}"
     spec = StreamSpec(name=f"BENCH_CONSUME_{run}", subjects=(topic,))
@@ -377,6 +417,7 @@ async def _consume_once(
                 ),
             )
             before = sink.count()
+            cpu.start()
             started = time.perf_counter()
             task = asyncio.create_task(workers.run())
             try:
@@ -386,6 +427,7 @@ async def _consume_once(
                         raise RuntimeError("relay consumer: the channel stopped early")
                     await asyncio.sleep(0.01)
                 elapsed = time.perf_counter() - started
+                cpu.stop()
             finally:
                 workers.request_stop()
                 await asyncio.gather(task, return_exceptions=True)
@@ -400,7 +442,7 @@ async def _consume_once(
         await broker.aclose()
 
 
-async def _email_lane_once(dsn: str, sink: SinkProcess, *, emails: int) -> float:
+async def _email_lane_once(dsn: str, sink: SinkProcess, *, emails: int, cpu: CpuShares) -> float:
     """The e-mail lane alone on the same sink and settings as the channel's lane: ``emails`` rows
     written before the clock starts, drained by one worker (batch, rows in flight, grouped marks
     and SMTP sessions as the channel's); the seconds until every row is marked."""
@@ -414,6 +456,7 @@ async def _email_lane_once(dsn: str, sink: SinkProcess, *, emails: int) -> float
             config=lane_config(BATCH, rows_in_flight=IN_FLIGHT, group_marks=True),
             pool=min(6, connection_budget(dsn)),
             handler=handler,
+            cpu=cpu,
         )
     if done != emails:
         raise RuntimeError(f"relay consumer baseline: {done} e-mails sent, expected {emails}")
@@ -426,21 +469,25 @@ async def _measure_consumer(
 ) -> dict[str, Any]:
     rates: list[float] = []
     lane_rates: list[float] = []
+    cpu = CpuShares("postgres", "nats-server")
+    shares: dict[str, list[dict[str, float | None]]] = {"channel": [], "lane": []}
     with SinkProcess() as sink:
         for run in range(runs):
             # The two in turn, so a shared machine's load falls on both alike.
             order = ("channel", "lane") if run % 2 == 0 else ("lane", "channel")
             for which in order:
                 if which == "channel":
-                    seconds = await _consume_once(dsn, url, sink, run=run, events=events)
+                    seconds = await _consume_once(dsn, url, sink, run=run, events=events, cpu=cpu)
                     rates.append(events / seconds)
+                    shares["channel"].append(cpu.per_event(2 * events, seconds))
                     log(
                         f"relay consumer run {run + 1}: {events / seconds:,.0f} events/s"
                         f" ({2 * events / seconds:,.0f} e-mails/s)"
                     )
                 else:
-                    seconds = await _email_lane_once(dsn, sink, emails=2 * events)
+                    seconds = await _email_lane_once(dsn, sink, emails=2 * events, cpu=cpu)
                     lane_rates.append(2 * events / seconds)
+                    shares["lane"].append(cpu.per_event(2 * events, seconds))
                     log(
                         f"relay consumer run {run + 1}: the e-mail lane alone"
                         f" {2 * events / seconds:,.0f} e-mails/s"
@@ -454,6 +501,7 @@ async def _measure_consumer(
         "consumer_emails_per_s": emails,
         "email_lane_alone_emails_per_s": lane,
         "consumer_vs_email_lane": ratio(emails, lane),
+        "consumer_cpu_per_email": {key: _cpu_figures(runs) for key, runs in shares.items()},
         "consumer_variant": "EmailChannelWorkers (group notification-email, ChannelTiming"
         f" defaults: {ChannelTiming().in_flight} deliveries handled at once) + its e-mail lane's"
         f" worker: batch {BATCH}, rows_in_flight={IN_FLIGHT}, group_marks,"

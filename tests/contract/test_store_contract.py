@@ -552,6 +552,36 @@ async def test_mark_many_applies_each_mark_fenced_on_its_own_and_answers_in_orde
     assert (h.store.stats.applied_marks, h.store.stats.stale_marks) == (4, 1)
 
 
+async def test_a_group_of_sent_marks_fences_each_row_and_counts_its_stale_ones(harness):
+    # Every mark of the group is sent or skipped, with the lane's scrub keys: on PostgreSQL the
+    # lean grouped statement (MARK_SENT_MANY) takes it, and its stale marks are counted apart.
+    h = harness
+    secret = {"to": "a@example.org", "setup_url": "https://x/SECRET"}
+    taken, sent, skipped = [(await h.enqueue(NewMessage(LANE, secret))).row_id for _ in range(3)]
+    rows = {row.id: row for row in await h.store.claim_due(claim(h.now))}
+    (sibling,) = await h.store.claim_due(claim(h.now + LEASE, limit=1))
+    assert sibling.id == taken
+
+    results = await h.store.mark_many(
+        [
+            Mark.dispatched(rows[sent], scrub_keys=SECRETS),
+            Mark.dispatched(rows[taken], scrub_keys=SECRETS),  # the old claim's: stale
+            Mark.skipped(rows[skipped], "opted out", scrub_keys=SECRETS),
+        ]
+    )
+
+    assert results == [MarkResult.APPLIED, MarkResult.STALE, MarkResult.APPLIED]
+    got = {i: await h.store.get(i) for i in (sent, taken, skipped)}
+    assert (got[sent].status, got[skipped].status) == (Status.DISPATCHED, Status.SKIPPED)
+    assert got[sent].payload == got[skipped].payload == {"to": "a@example.org"}
+    assert got[skipped].last_error == "opted out"
+    assert (got[taken].status, got[taken].payload) == (Status.PENDING, secret)
+    assert got[taken].claim_token == sibling.token.value
+    assert (h.store.stats.applied_marks, h.store.stats.stale_marks) == (2, 1)
+    stats = await h.store.lane_stats()
+    assert stats[LANE].stale_marks == 1
+
+
 async def test_mark_many_of_nothing_is_nothing_and_two_marks_of_one_row_are_refused(harness):
     h = harness
     assert list(await h.store.mark_many([])) == []

@@ -10,8 +10,9 @@ the per-key claim predicate (tests/mutations/matrix.py, ``event-claim-no-key-ord
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -176,6 +177,56 @@ async def test_other_tables_claim_in_due_order_without_a_key(dsn: str) -> None:
         taken = await plain.claim_due(claim(limit=1))
         await retry(plain, int(taken[0].id), taken[0].token, timedelta(hours=1))
         assert len(await plain.claim_due(claim())) == 1
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _plan_nodes(child)
+
+
+async def test_the_claim_checks_each_candidate_s_earlier_rows_in_the_key_index(dsn: str) -> None:
+    # With a backlog of 20,000 pending events over 50 keys, the second guard (every earlier
+    # pending row of the key is in this claim) must probe the key-order index once per candidate,
+    # not hash-join the whole pending backlog (what PostgreSQL plans for the plain NOT EXISTS at
+    # this size: a claim that grows with the backlog, ~70 ms here instead of ~17).
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO outbox_event (lane, payload)"
+            " SELECT 'events', jsonb_build_object('topic', 'platform-events', 'specversion', '1.0',"
+            " 'id', 'e-' || n, 'source', 'test', 'type', 't.happened', 'subject',"
+            " 'tenant-' || (n % 50), 'time', now(), 'datacontenttype', 'application/json',"
+            " 'data', '{}'::jsonb)"
+            " FROM generate_series(1, 20000) AS n"
+        )
+        await conn.execute("ANALYZE outbox_event")
+        claim_sql = statements.render(
+            claim_forms.per_key_order(statements.CLAIM, "partition_key"), outbox_event
+        )
+        params = {
+            "lane": LANE,
+            "limit": 500,
+            "lease": LEASE,
+            "token": "plan-check-token",
+            "now": None,
+            "floor": None,
+            "ahead_of": None,
+        }
+        row = await (await conn.execute("EXPLAIN (FORMAT JSON) " + claim_sql, params)).fetchone()
+    assert row is not None
+    nodes = list(_plan_nodes(row[0][0]["Plan"]))
+    update = next(n for n in nodes if n["Node Type"] == "ModifyTable")
+    under_update = list(_plan_nodes(update))
+    scans = {
+        (n["Node Type"], n.get("Index Name")) for n in under_update if "Scan" in n["Node Type"]
+    }
+    assert ("Seq Scan", None) not in scans, scans
+    assert not [n for n in under_update if n["Node Type"] == "Hash Join"], scans
+    assert any(
+        n.get("Index Name") == "ix_outbox_event_key_order"
+        and n.get("Parent Relationship") == "SubPlan"
+        for n in under_update
+    ), scans
 
 
 def test_ordered_by_must_name_a_not_null_extra_column() -> None:

@@ -252,11 +252,51 @@ MUTANTS += (
         "mark-many-no-scrub",
         "scrub in the grouped dispatched/skipped UPDATE",
         "drop the scrub",
-        f"{CONTRACT}::test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest[postgres-mark_many]",
+        # A group with marks of several kinds: MARK_MANY (a group of sent marks alone takes
+        # MARK_SENT_MANY, below).
+        f"{CONTRACT}::test_mark_many_applies_each_mark_fenced_on_its_own_and_answers_in_order[postgres]",
         _replace(
             "MARK_MANY",
             "(m.payload - %(scrub_keys)s::text[])",
             "m.payload",
+        ),
+    ),
+)
+
+# The lean grouped mark (MARK_SENT_MANY: a group of sent or skipped marks, nothing to patch) is the
+# statement a lane's grouped marks nearly always take: the same mechanisms as MARK_MANY, and the
+# stale count it leaves to COUNT_STALE_MANY.
+MUTANTS += (
+    Mutant(
+        "mark-sent-many-no-status-guard",
+        "status guard on lean grouped marks",
+        "drop AND m.status = 'pending'",
+        f"{CONTRACT}::test_a_mark_on_a_resolved_row_is_stale[postgres-mark_many]",
+        _replace("MARK_SENT_MANY", "  AND m.status = 'pending'\n", ""),
+    ),
+    Mutant(
+        "mark-sent-many-no-token-fence",
+        "claim-token fence on lean grouped marks",
+        "drop AND m.claim_token = v.token",
+        f"{CONTRACT}::test_a_group_of_sent_marks_fences_each_row_and_counts_its_stale_ones[postgres]",
+        _replace("MARK_SENT_MANY", "  AND m.claim_token = v.token\n", ""),
+    ),
+    Mutant(
+        "mark-sent-many-no-scrub",
+        "scrub in the lean grouped dispatched/skipped UPDATE",
+        "drop the scrub",
+        f"{CONTRACT}::test_dispatched_mark_scrubs_exactly_the_scrub_keys_and_keeps_the_rest[postgres-mark_many]",
+        _replace("MARK_SENT_MANY", "THEN m.payload - %(scrub_keys)s::text[]", "THEN m.payload"),
+    ),
+    Mutant(
+        "mark-sent-many-stale-not-counted",
+        "a stale lean grouped mark counted for outbox stats",
+        "COUNT_STALE_MANY matches no row",
+        f"{CONTRACT}::test_a_group_of_sent_marks_fences_each_row_and_counts_its_stale_ones[postgres]",
+        _replace(
+            "COUNT_STALE_MANY",
+            "WHERE id = ANY(%(ids)s::bigint[])\n",
+            "WHERE id = ANY(%(ids)s::bigint[]) AND false\n",
         ),
     ),
 )
@@ -667,6 +707,18 @@ MUTANTS += (
         "drop the UPDATE-level guard (an earlier row held by a concurrent claim is not seen)",
         f"{EVENT_CLAIM}::test_an_earlier_row_held_by_a_concurrent_transaction_keeps_its_later_rows",
         (claim_forms, "_KEY_ALL_EARLIER_CLAIMED", ""),
+    ),
+    Mutant(
+        "event-claim-key-guard-joins-the-backlog",
+        "the per-key claim's cost follows its batch, not the pending backlog",
+        "drop the fence that keeps the UPDATE-level guard a per-candidate index probe (PostgreSQL"
+        " then hash-joins every pending row of the table into each claim)",
+        f"{EVENT_CLAIM}::test_the_claim_checks_each_candidate_s_earlier_rows_in_the_key_index",
+        (
+            claim_forms,
+            "_KEY_ALL_EARLIER_CLAIMED",
+            claim_forms._KEY_ALL_EARLIER_CLAIMED.replace(claim_forms.PROBE_EACH_CANDIDATE, ""),
+        ),
     ),
     Mutant(
         "relay-mark-before-ack",

@@ -16,7 +16,13 @@ import functools
 
 from psycopg import sql
 
-__all__ = ["FLOOR_TEST", "legacy_null_due", "per_key_order", "without_floor"]
+__all__ = [
+    "FLOOR_TEST",
+    "PROBE_EACH_CANDIDATE",
+    "legacy_null_due",
+    "per_key_order",
+    "without_floor",
+]
 
 #: The lines of ``CLAIM`` that :func:`legacy_null_due` widens (each must be in the template as is).
 _DUE_TEST = "      AND next_attempt_at <= coalesce(%(now)s::timestamptz, now())\n"
@@ -78,10 +84,21 @@ _KEY_NOT_BLOCKED = """      AND NOT EXISTS (
                  OR earlier.claim_token IS DISTINCT FROM %(ahead_of)s::text)
       )
 """
+#: The line that keeps a ``NOT EXISTS`` a subquery run once per outer row: PostgreSQL does not turn
+#: a subquery with an ``OFFSET`` into an anti-join, so the check stays a probe of the key-order
+#: index (``ix_<table>_key_order``: lane, key, id, pending rows) for each candidate. It closes the
+#: subquery of ``_KEY_ALL_EARLIER_CLAIMED``.
+PROBE_EACH_CANDIDATE = "          OFFSET 0\n"
+
 #: Its second guard, on the UPDATE: a candidate is claimed only if EVERY earlier pending row of its
 #: key is in this very claim. That closes what the first guard cannot see: an earlier row that is
 #: due but was skipped because another transaction holds it (a concurrent claim not yet
 #: committed, a mark in flight). Here too a row still leased by ``%(ahead_of)s`` does not count.
+#: The guard probes each candidate's key in the key-order index (:data:`PROBE_EACH_CANDIDATE`):
+#: left to itself, the planner hash-joins every pending row of the table for a backlog of some
+#: ten thousand rows and more, so each claim would cost in proportion to the backlog instead of
+#: the batch (20,000 pending events: about 70 ms a claim of 500 instead of about 17;
+#: docs/benchmarks.md).
 _KEY_ALL_EARLIER_CLAIMED = """      AND NOT EXISTS (
           SELECT FROM {queue} AS earlier
           WHERE earlier.lane = m.lane
@@ -92,6 +109,7 @@ _KEY_ALL_EARLIER_CLAIMED = """      AND NOT EXISTS (
             AND (earlier.claim_token IS NULL
                  OR earlier.claim_token IS DISTINCT FROM %(ahead_of)s::text
                  OR earlier.next_attempt_at <= coalesce(%(now)s::timestamptz, now()))
+          OFFSET 0
       )
 """
 

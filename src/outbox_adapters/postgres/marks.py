@@ -1,5 +1,5 @@
 """The parameters of the mark statements (``MARK``, ``MARK_SENT``, ``MARK_MANY``,
-``DISABLE_ENDPOINTS``), built from the core's :class:`~outbox_core.messages.Mark` values, which of
+``MARK_SENT_MANY``, ``DISABLE_ENDPOINTS``), built from the core's :class:`~outbox_core.messages.Mark` values, which of
 the two single-row marks a mark takes, and the one refusal a mark can meet before anything is
 written (an endpoint to disable on a table that has none).
 """
@@ -24,6 +24,7 @@ __all__ = [
     "mark_many_params",
     "mark_params",
     "scrub_groups",
+    "sent_many_params",
     "sent_params",
     "text_array",
 ]
@@ -56,6 +57,25 @@ def sent_params(mark: Mark) -> dict[str, Any] | None:
         "status": mark.status.value,
         "reason": mark.reason,
         "scrub_keys": text_array(mark.scrub_keys),
+    }
+
+
+def sent_many_params(group: Sequence[Mark]) -> dict[str, Any] | None:
+    """``MARK_SENT_MANY``'s parameters when every mark of ``group`` is the common kind (as
+    :func:`sent_params`) and all scrub the same keys, else ``None``: the group takes
+    ``MARK_MANY``."""
+    if not group:
+        return None
+    keys = group[0].scrub_keys
+    for mark in group:
+        if mark.status not in SCRUBBED_ON_MARK or mark.payload_patch or mark.scrub_keys != keys:
+            return None
+    return {
+        "ids": [coerce_row_id(m.row_id) for m in group],
+        "tokens": [m.token.value for m in group],
+        "statuses": [m.status.value for m in group],
+        "reasons": [m.reason for m in group],
+        "scrub_keys": text_array(keys),
     }
 
 

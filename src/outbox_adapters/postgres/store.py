@@ -77,6 +77,7 @@ from outbox_adapters.postgres.marks import (
     mark_many_params,
     mark_params,
     scrub_groups,
+    sent_many_params,
     sent_params,
 )
 from outbox_adapters.postgres.operator import OperatorQueries, stored_payload
@@ -299,6 +300,10 @@ class PostgresStore(OperatorQueries):
         check_disable(self._table, marks)
         applied: set[int] = set()
         for group in scrub_groups(marks):
+            lean = sent_many_params(group)
+            if lean is not None:  # the common group: the lean statement (no endpoint to disable)
+                applied.update(await self._mark_sent_many(lean))
+                continue
             params = mark_many_params(group)
             if not any(m.disable_endpoint for m in group):
                 # Binary: the group's eight arrays dump about three times faster than as text.
@@ -315,6 +320,20 @@ class PostgresStore(OperatorQueries):
                 )
             applied.update(done)
         return [count_mark(self.stats, applied=row_id in applied) for row_id in ids]
+
+    async def _mark_sent_many(self, params: dict[str, Any]) -> set[int]:
+        """Run ``MARK_SENT_MANY``; count the marks that matched nothing (``COUNT_STALE_MANY``, only
+        then). The ids that applied."""
+        records = await self._runner.run(
+            self._sql(statements.MARK_SENT_MANY), params, all_rows, binary=True
+        )
+        done = {r[0] for r in records}
+        stale = [row_id for row_id in params["ids"] if row_id not in done]
+        if stale:
+            await self._runner.run(
+                self._sql(statements.COUNT_STALE_MANY), {"ids": stale}, rows_returned
+            )
+        return done
 
     @mapped_outages
     async def release(
