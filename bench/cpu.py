@@ -17,10 +17,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["CpuMeter", "CpuShares", "machine_busy_seconds", "process_seconds", "server_seconds"]
+__all__ = [
+    "CpuMeter",
+    "CpuShares",
+    "machine_busy_seconds",
+    "process_seconds",
+    "server_seconds",
+    "shares_table",
+]
 
 _TICK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PROC: Final = Path("/proc")
@@ -123,3 +131,20 @@ class CpuShares:
         machine = self.last.get("machine")
         shares["cores_busy"] = None if machine is None or seconds <= 0 else machine / seconds
         return shares
+
+
+#: The owners :class:`CpuShares` reports, in the order a table shows them.
+_OWNERS: Final = ("process", "postgres", "nats-server", "machine", "cores_busy")
+
+
+def shares_table(title: str, by_variant: Mapping[str, Any] | None, unit: str) -> list[str]:
+    """Markdown lines: one row per variant of ``by_variant`` (owner → :class:`~bench.stats.Figure`
+    or ``None``, as the JSON tree holds them before it is written), the CPU per ``unit``."""
+    if not by_variant:
+        return []
+    header = [title, *(f"{o} (µs/{unit})" if o != "cores_busy" else "cores busy" for o in _OWNERS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    for variant, owners in by_variant.items():
+        cells = ["—" if owners.get(owner) is None else owners[owner].text() for owner in _OWNERS]
+        lines.append("| " + " | ".join([variant, *cells]) + " |")
+    return [*lines, ""]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import retention, webhook_ordering
+from bench.cpu import shares_table
 from bench.stats import Figure
 
 __all__ = ["markdown", "plain", "write"]
@@ -298,6 +299,10 @@ def _relay(r: Mapping[str, Any]) -> list[str]:
             f" channel / lane alone: {_cell(r, 'relay.consumer_vs_email_lane')} (goal ≥ 0.8)."
         ),
         "",
+        "CPU while each clock ran (from /proc; 10 ms ticks):",
+        "",
+        *shares_table("relay variant", _get(r, "relay.cpu_per_event"), "event"),
+        *shares_table("consumer to e-mail", _get(r, "relay.consumer_cpu_per_email"), "e-mail"),
     ]
 
 
