@@ -11,15 +11,18 @@ JetStream stores it:
 - it is stored but its send is cut off by the row's deadline: the same, and the retry's copy is
   dropped by JetStream's duplicate window (same ``Nats-Msg-Id``): stored once.
 
-They are the matrix's tests for ``relay-key-not-awaited`` and ``relay-past-a-failed-event``
-(tests/mutations/matrix.py).
+Each runs twice: with the relay as ``relay_lane()`` makes it (``chained``: the runtime sends a
+key's rows of a window one after another, ``LaneConfig.key_of``) and without ``key_of``
+(``handler-turns``: every row of the window started at once, the handler's own turn per key alone
+keeping the order). They are the matrix's tests for ``relay-key-not-awaited`` (``handler-turns``)
+and ``relay-past-a-failed-event`` (tests/mutations/matrix.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 
 import attrs
@@ -28,12 +31,13 @@ import pytest
 from tests.faults.events_proc import stream_messages
 
 from outbox_adapters.brokers import NatsBroker
-from outbox_adapters.lanes.relay import EARLIER_UNPUBLISHED, RelayHandler, relay_lane
+from outbox_adapters.lanes.relay import EARLIER_UNPUBLISHED, RelayHandler, event_key, relay_lane
 from outbox_adapters.postgres.events import outbox_event, publish_async
 from outbox_adapters.postgres.store import PostgresStore
 from outbox_adapters.runtime import BatchReport, Worker
 from outbox_core.backoff import SlotSchedule
 from outbox_core.brokers import StreamSpec
+from outbox_core.messages import ClaimedRow
 from outbox_core.outcomes import Outcome
 from outbox_core.ports import BrokerMessage, Publisher
 from outbox_core.timing import RelayTiming
@@ -123,21 +127,36 @@ def _outbox_order(written: list[tuple[str, str]]) -> dict[str, list[str]]:
     return expected
 
 
+@pytest.fixture(params=["chained", "handler-turns"])
+def key_of(request: pytest.FixtureRequest) -> Callable[[ClaimedRow], str | None] | None:
+    """The relay as ``relay_lane()`` makes it (a key's rows sent one after another by the runtime),
+    and without ``key_of``: every row of the window started at once, ordered by the handler's own
+    turn per key alone."""
+    return event_key if request.param == "chained" else None
+
+
 async def _relay(
-    dsn: str, broker: NatsBroker, written: list[tuple[str, str]], how: str
+    dsn: str,
+    broker: NatsBroker,
+    written: list[tuple[str, str]],
+    how: str,
+    key_of: Callable[[ClaimedRow], str | None] | None,
 ) -> tuple[Worker, Misbehaving, PostgresStore]:
     store = await PostgresStore.open(dsn, table=outbox_event, max_size=4)
     publisher = Misbehaving(broker.publisher(), written[0][1], how)
-    config = relay_lane(timing=TIMING, backoff=QUICK, poll_interval=0.05)
+    config = relay_lane(timing=TIMING, backoff=QUICK, poll_interval=0.05, key_of=key_of)
     return Worker(store, RelayHandler(publisher), config), publisher, store
 
 
 async def test_a_key_s_later_event_is_not_published_before_the_earlier_one_s_late_puback(
-    dsn: str, nats_url: str, topic: tuple[str, NatsBroker]
+    dsn: str,
+    nats_url: str,
+    topic: tuple[str, NatsBroker],
+    key_of: Callable[[ClaimedRow], str | None] | None,
 ) -> None:
     name, broker = topic
     written = await _write(dsn, name)
-    worker, _, store = await _relay(dsn, broker, written, "late")
+    worker, _, store = await _relay(dsn, broker, written, "late", key_of)
     async with store:
         report = await worker.run_once()
     assert report.claimed == len(KEYS) == report.dispatched
@@ -168,11 +187,15 @@ class Retried:
 
 
 async def _misbehaving_once_then_retried(
-    dsn: str, nats_url: str, topic: tuple[str, NatsBroker], how: str
+    dsn: str,
+    nats_url: str,
+    topic: tuple[str, NatsBroker],
+    how: str,
+    key_of: Callable[[ClaimedRow], str | None] | None,
 ) -> Retried:
     name, broker = topic
     written = await _write(dsn, name)
-    worker, publisher, store = await _relay(dsn, broker, written, how)
+    worker, publisher, store = await _relay(dsn, broker, written, how, key_of)
     async with store:
         first = await worker.run_once()
         asked = list(publisher.asked)
@@ -186,9 +209,12 @@ async def _misbehaving_once_then_retried(
 
 
 async def test_an_unacknowledged_event_holds_its_key_s_later_events_back_for_the_retry(
-    dsn: str, nats_url: str, topic: tuple[str, NatsBroker]
+    dsn: str,
+    nats_url: str,
+    topic: tuple[str, NatsBroker],
+    key_of: Callable[[ClaimedRow], str | None] | None,
 ) -> None:
-    run = await _misbehaving_once_then_retried(dsn, nats_url, topic, "unacknowledged")
+    run = await _misbehaving_once_then_retried(dsn, nats_url, topic, "unacknowledged", key_of)
     # The window: t-1's first failed, its three later events were never offered; the others
     # went out.
     assert (run.first.dispatched, run.first.retried) == (3, 4)
@@ -203,17 +229,23 @@ async def test_an_unacknowledged_event_holds_its_key_s_later_events_back_for_the
 
 
 async def test_a_publish_cut_off_after_it_was_stored_is_stored_once_and_keeps_its_key_s_order(
-    dsn: str, nats_url: str, topic: tuple[str, NatsBroker]
+    dsn: str,
+    nats_url: str,
+    topic: tuple[str, NatsBroker],
+    key_of: Callable[[ClaimedRow], str | None] | None,
 ) -> None:
-    run = await _misbehaving_once_then_retried(dsn, nats_url, topic, "cut_off")
+    run = await _misbehaving_once_then_retried(dsn, nats_url, topic, "cut_off", key_of)
     assert (run.first.dispatched, run.first.retried) == (3, 4)
-    # t-1's first was cut off mid-send. Its later events, waiting for their turn, were never
-    # offered: each was either held back once the first gave the turn up, or cut off by the
-    # window's deadline while it waited (which of the two depends on whose timer fires first).
+    # t-1's first was cut off mid-send. Its later events were never offered: the relay sends a
+    # key's rows one after another (its lane's key_of), so each later one started after the
+    # first had used up the window's time and found none left, or was held back; a relay whose
+    # rows wait for their turn inside the handler instead sees them cut off while they wait.
     cut_off = "ran out mid-send"
+    no_time = "no time left"
     assert cut_off in str(run.errors_first[0])
     assert all(
-        error == EARLIER_UNPUBLISHED or cut_off in str(error) for error in run.errors_first[2::2]
+        error == EARLIER_UNPUBLISHED or cut_off in str(error) or no_time in str(error)
+        for error in run.errors_first[2::2]
     )
     assert 1 <= run.first.budget_overruns <= 4
     assert sorted(run.asked) == sorted([run.written[0][1], *run.others()])

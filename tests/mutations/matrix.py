@@ -47,6 +47,7 @@ from outbox_adapters.postgres.webhooks import tenant_statements as _tenant_state
 from outbox_adapters.runtime import Worker
 from outbox_adapters.runtime import loop as _runtime_loop
 from outbox_adapters.runtime import marking as worker
+from outbox_adapters.runtime.batch import BatchRunner
 from outbox_adapters.runtime.deadline import Deadlines, WindowDeadline
 from outbox_adapters.runtime.leadership import Leadership
 from outbox_adapters.runtime.marking import Marker
@@ -105,6 +106,11 @@ async def _gathered_wait(self: Marker) -> None:
     """The mutant of Marker.wait: gather, which cancels the marks when the waiter is cancelled."""
     while self.in_flight:
         await asyncio.gather(*list(self.in_flight), return_exceptions=True)
+
+
+def _one_row_a_chain(_self: BatchRunner, window: Any) -> list[list[int]]:
+    """The mutant of BatchRunner._chains: the lane's key_of ignored."""
+    return [[index] for index in range(len(window))]
 
 
 def _no_detached_group(_self: Marker, marks: Any) -> None:
@@ -731,15 +737,23 @@ MUTANTS += (
         "relay-key-not-awaited",
         "per-key order in a relay window: a key's next event only after the earlier one's ack",
         "no per-key turn (every row of the window on the wire at once)",
-        f"{RELAY_WINDOW}::test_a_key_s_later_event_is_not_published_before_the_earlier_one_s_late_puback",
+        f"{RELAY_WINDOW}::test_a_key_s_later_event_is_not_published_before_the_earlier_one_s_late_puback[handler-turns]",
         (_relay, "key_turn", _any_turn),
     ),
     Mutant(
         "relay-past-a-failed-event",
         "per-key order in a relay window: a failed event holds its key's later events back",
         "publish a key's later rows after its earlier row failed in the batch",
-        f"{RELAY_WINDOW}::test_an_unacknowledged_event_holds_its_key_s_later_events_back_for_the_retry",
+        f"{RELAY_WINDOW}::test_an_unacknowledged_event_holds_its_key_s_later_events_back_for_the_retry[chained]",
         (_relay, "held_back", _never_held_back),
+    ),
+    Mutant(
+        "window-key-chain-ignored",
+        "a window's rows of one key (LaneConfig.key_of) sent one after another, in claim order",
+        "every row of the window a chain of its own (all started at once)",
+        "tests/unit/test_window_chains.py::"
+        "test_a_key_s_rows_are_never_in_flight_together_and_keep_claim_order",
+        (BatchRunner, "_chains", _one_row_a_chain),
     ),
 )
 

@@ -53,6 +53,7 @@ __all__ = [
     "RELAY_BACKOFF",
     "RELAY_LANE",
     "RelayHandler",
+    "event_key",
     "event_message",
     "held_back",
     "key_turn",
@@ -91,6 +92,10 @@ def relay_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's ow
     The relay claims ahead (``claim_ahead``, ADR 0023): after a full claim, the next claim runs
     beside the batch's publishes, and its rows are published only once every row of the batch
     before it is recorded terminal; otherwise they are given back unsent.
+
+    In a window, the rows of one partition key are sent by one task, one after another in claim
+    order (``key_of``: :func:`event_key`), and the keys at the same time; the handler's own turn
+    per key (:func:`key_turn`) keeps that order under a config without ``key_of`` too.
     """
     timing = settings.get("timing", DEFAULT_RELAY_TIMING)
     window = getattr(timing, "window", 1)
@@ -108,8 +113,17 @@ def relay_lane(**settings: Any) -> LaneConfig:  # noqa: ANN401 - LaneConfig's ow
         "rows_in_flight": window,
         "group_marks": window > 1,
         "claim_ahead": True,
+        "key_of": event_key if window > 1 else None,
     }
     return LaneConfig(**{**stated, **settings})
+
+
+def event_key(row: ClaimedRow) -> str | None:
+    """The partition key of an event-outbox row (its envelope's ``subject``), ``None`` when the
+    stored payload has none (the row is then sent on its own, and fails as not an event)."""
+    payload = row.payload
+    key = payload.get("subject") if isinstance(payload, Mapping) else None
+    return key if isinstance(key, str) else None
 
 
 def relay_disabled_warning() -> str:

@@ -15,7 +15,9 @@ For each row, outside any transaction::
 
 Three ways to walk a batch: strict (one row at a time, in the worker's task), N rows in flight
 (a task per row, at most N at once), and grouped marks (a window of N rows sent together, then
-recorded by one statement before the next window starts).
+recorded by one statement before the next window starts). With grouped marks and the lane's
+``key_of`` (the relay's), a window's rows of one key are sent by one task, one after another in
+claim order, and the keys at the same time (ADR 0023).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import cast
 
 from outbox_adapters.runtime.config import LaneConfig
 from outbox_adapters.runtime.deadline import Deadlines, WindowDeadline
@@ -129,23 +132,34 @@ class BatchRunner:
                 await self._release_all(rows[start:], report)
                 return
             window = rows[start : start + size]
-            # The window's rows start together and end by the same instant: one timer for all.
+            # The window's rows (or its keys' chains of rows) start together and end by the same
+            # instant: one timer for all.
             deadline = self._deadline(times)
             limit = WindowDeadline(deadline - self.clock.monotonic())
-            sends = [
-                asyncio.ensure_future(self._send(row, times, report, window=(limit, deadline)))
-                for row in window
-            ]
+            outcomes: list[Outcome | None] = [None] * len(window)
+            shared = (limit, deadline)
             try:
-                outcomes = await asyncio.gather(*sends)
+                await asyncio.gather(
+                    *(
+                        self._in_turn(
+                            window,
+                            turns,
+                            outcomes=outcomes,
+                            times=times,
+                            report=report,
+                            shared=shared,
+                        )
+                        for turns in self._chains(window)
+                    )
+                )
             except asyncio.CancelledError:
                 # Cancelled (the host, the batch's timeout) while a row of the window still runs:
                 # the rows whose send has ended have an outcome, and it is recorded (detached,
                 # like any mark that survives cancellation); the others keep their lease.
                 ended = [
-                    self._decide(row, send.result())
-                    for row, send in zip(window, sends, strict=True)
-                    if send.done() and not send.cancelled() and send.exception() is None
+                    self._decide(row, outcome)
+                    for row, outcome in zip(window, outcomes, strict=True)
+                    if outcome is not None
                 ]
                 if ended:
                     self.marker.detach_group(ended)
@@ -153,11 +167,42 @@ class BatchRunner:
             finally:
                 limit.close()
             marks = [
-                self._decide(row, outcome) for row, outcome in zip(window, outcomes, strict=True)
+                self._decide(row, outcome)
+                for row, outcome in zip(window, cast("list[Outcome]", outcomes), strict=True)
             ]
             results = await self.marker.surviving_group(marks)
             for row, mark, result in zip(window, marks, results, strict=True):
                 self._count(row, mark, result, report)
+
+    def _chains(self, window: Sequence[ClaimedRow]) -> list[list[int]]:
+        """The window's rows (their indexes) in the chains they are sent in: one row a chain, or
+        with the lane's ``key_of``, a key's rows together in claim order (``None``: alone)."""
+        key_of = self.config.key_of
+        if key_of is None:
+            return [[index] for index in range(len(window))]
+        chains: dict[str, list[int]] = {}
+        alone: list[list[int]] = []
+        for index, row in enumerate(window):
+            key = key_of(row)
+            if key is None:
+                alone.append([index])
+            else:
+                chains.setdefault(key, []).append(index)
+        return [*chains.values(), *alone]
+
+    async def _in_turn(  # noqa: PLR0913 - one chain of a window and where its outcomes go
+        self,
+        window: Sequence[ClaimedRow],
+        turns: list[int],
+        *,
+        outcomes: list[Outcome | None],
+        times: BatchClock,
+        report: BatchReport,
+        shared: tuple[WindowDeadline, float],
+    ) -> None:
+        """Send the rows ``turns`` names, one after another, each outcome into ``outcomes``."""
+        for index in turns:
+            outcomes[index] = await self._send(window[index], times, report, window=shared)
 
     # --- one row -------------------------------------------------------------------------------
 

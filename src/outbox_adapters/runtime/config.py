@@ -7,6 +7,7 @@ its backoff are stated by the lane, never defaulted; the rest has defaults that 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import attrs
@@ -15,7 +16,7 @@ from outbox_core._validators import duration, seconds
 from outbox_core.backoff import CLAIM_RETRY, Backoff, RetryPause
 from outbox_core.decide import DEFAULT_RETRY_AFTER_CAP
 from outbox_core.errors import ConfigurationError, StaleMark
-from outbox_core.messages import check_lane_name
+from outbox_core.messages import ClaimedRow, check_lane_name
 from outbox_core.scrub import ScrubRules
 from outbox_core.timing import LaneTiming
 
@@ -72,6 +73,21 @@ def _group_marks(inst: LaneConfig, _attribute: object, value: bool) -> None:  # 
 def _claim_ahead(_inst: object, _attribute: object, value: bool) -> None:  # noqa: FBT001
     if not isinstance(value, bool):
         raise ConfigurationError(f"claim_ahead must be True or False, got {value!r}")
+
+
+def _key_of(
+    inst: LaneConfig, _attribute: object, value: Callable[[ClaimedRow], str | None] | None
+) -> None:
+    if value is None:
+        return
+    if not callable(value):
+        raise ConfigurationError(
+            f"key_of must be a function of a claimed row (its key, or None), got {value!r}"
+        )
+    if not inst.group_marks:
+        raise ConfigurationError(
+            "key_of needs group_marks (a window's rows of one key are sent one after another)"
+        )
 
 
 def _leader_ttl(inst: LaneConfig, attribute: object, value: timedelta) -> None:
@@ -150,6 +166,11 @@ class LaneConfig:
     #: marks. The batch claimed ahead is worked only if every row of the one before it ended
     #: terminal (``outbox_core.lease.may_work_ahead``); otherwise it is given back unsent.
     claim_ahead: bool = attrs.field(default=False, validator=_claim_ahead)
+    #: With ``group_marks``: the key of a claimed row (``None``: a key of its own). A window's rows
+    #: of one key are sent one after another, in claim order, by one task, and rows of different
+    #: keys at the same time (opt-in; the relay's, ADR 0023: an event's partition key). Without it
+    #: every row of a window has a task of its own.
+    key_of: Callable[[ClaimedRow], str | None] | None = attrs.field(default=None, validator=_key_of)
 
     @property
     def mark_budget(self) -> timedelta:
