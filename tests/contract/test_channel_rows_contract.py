@@ -3,7 +3,9 @@ PostgreSQL's (``postgres.channels``), one suite, so the simulator's fakes keep t
 
 - ``ensure`` writes a message unless its (lane, key) exists, and answers every row's state by key;
 - a pending row due later waits until then; a claimed one waits 0; a failed one keeps its error;
-- a message of another lane, or without a key, is refused before anything is written;
+- a message of another lane, or without a key, is refused before anything is written; so is an
+  event whose payload the enqueue refuses (all of its rows or none);
+- each row written carries the context of its own PRODUCER span, a child of the delivery's;
 - the ledger records each (channel, event, kind) once and lists an event's kinds;
 - a park lifted by ``dlq redrive`` no longer counts; ``rearm`` puts the lifted kinds' failed rows
   back to pending once (audited) and drops the lifted parks; a second ``rearm`` does nothing.
@@ -19,6 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
+from tests.support.telemetry import context_of, recording
 
 from outbox_adapters.lanes.consumer import ParkLedger
 from outbox_adapters.lanes.email import email_message
@@ -27,6 +30,7 @@ from outbox_adapters.memory import MemoryParkLedger, MemoryRecipientRows, Memory
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.channels import PostgresParkLedger, RecipientRows
 from outbox_core.delivery import Status
+from outbox_core.errors import InvalidPayload
 from outbox_core.messages import ClaimToken, Mark, NewMessage
 from outbox_core.ports import ClaimRequest, OutboxStore
 
@@ -91,6 +95,55 @@ async def test_a_new_events_rows_are_written_and_one_written_before_is_found_not
         ClaimRequest(lane=LANE, limit=5, lease=timedelta(minutes=5), token=token)
     )
     assert len(left) == 1  # e4:notify, written once
+
+
+async def test_an_events_rows_are_written_all_or_none(parts: Parts) -> None:
+    """A payload the enqueue refuses raises before anything is written: not even the event's
+    other, valid row."""
+    rows, _, store = parts
+    bad = NewMessage(LANE, {"amount": float("nan")}, idempotency_key="e5:notify")
+    with pytest.raises(InvalidPayload, match="nan"):
+        await rows.ensure([_message("e5:welcome"), bad], new=True)
+    token = ClaimToken.from_entropy(os.urandom(16))
+    assert (
+        await store.claim_due(
+            ClaimRequest(lane=LANE, limit=5, lease=timedelta(minutes=5), token=token)
+        )
+        == []
+    )
+    assert set(await rows.ensure([_message("e5:welcome")], new=True)) == {"e5:welcome"}
+
+
+async def test_each_row_carries_its_own_producer_span_under_the_delivery(parts: Parts) -> None:
+    """One PRODUCER span per row, each a child of the span current at the write (the channel's
+    delivery), each row stamped with its own span's context; a row found (not written) says so."""
+    rows, _, store = parts
+    await rows.ensure([_message("e6:welcome")])
+    with recording() as otel:
+        tracer = otel.tracer_provider.get_tracer("test")
+        with tracer.start_as_current_span("process events") as delivery:
+            await rows.ensure(
+                [_message("e6:welcome"), _message("e6:notify", to="n@example.org")], new=True
+            )
+        sends = otel.spans(f"send {LANE}")
+        assert len(sends) == 2
+        parent = delivery.get_span_context().span_id
+        assert all(span.parent is not None and span.parent.span_id == parent for span in sends)
+        created = {span.attributes["outbox.created"] for span in sends if span.attributes}
+        assert created == {True, False}
+        [written] = [s for s in sends if s.attributes and s.attributes["outbox.created"]]
+    token = ClaimToken.from_entropy(os.urandom(16))
+    claimed = await store.claim_due(
+        ClaimRequest(lane=LANE, limit=5, lease=timedelta(minutes=5), token=token)
+    )
+    by_to = {}
+    for row in claimed:
+        assert isinstance(row.payload, dict)  # decoded (no sealed fields here)
+        by_to[row.payload["to"]] = row.trace_context
+    context = context_of(written)
+    stamped = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    assert by_to["n@example.org"] == stamped
+    assert by_to["a@example.org"] is None  # written before, outside any span
 
 
 async def test_a_row_reports_its_claim_its_retry_and_its_failure(parts: Parts) -> None:

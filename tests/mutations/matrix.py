@@ -36,6 +36,7 @@ from outbox_adapters.postgres import retention as _retention
 from outbox_adapters.postgres import store as _postgres_store
 from outbox_adapters.postgres.channels import feed as _feed_sql
 from outbox_adapters.postgres.channels import redrive as _channel_redrive
+from outbox_adapters.postgres.channels import repository as _channel_repository
 from outbox_adapters.postgres.tables import outbox_message
 from outbox_adapters.postgres.webhooks import FanOut as _FanOut
 from outbox_adapters.postgres.webhooks import WebhookRepository as _WebhookRepository
@@ -816,6 +817,14 @@ MUTANTS += (
         _replace_in(
             _channel_redrive, "REARM_REDRIVEN", "SET status = 'pending'", "SET status = 'failed'"
         ),
+    ),
+    Mutant(
+        "channel-rows-not-stamped",
+        "each recipient row keeps the context of its own PRODUCER span (the one-statement write)",
+        "the write stores no trace context: the rows' deliveries link to nothing",
+        "tests/contract/test_channel_rows_contract.py"
+        "::test_each_row_carries_its_own_producer_span_under_the_delivery[postgres]",
+        _replace_in(_channel_repository, "_WRITE", "           m.trace_context", "           NULL"),
     ),
     Mutant(
         "consumer-no-failure-bound",

@@ -22,7 +22,7 @@ from datetime import timedelta
 import attrs
 
 from outbox_adapters.memory.store import MemoryStore
-from outbox_adapters.store_rules import RecipientRow
+from outbox_adapters.store_rules import RecipientRow, payload_json
 from outbox_core.delivery import Status
 from outbox_core.messages import NewMessage
 
@@ -44,7 +44,8 @@ class MemoryRecipientRows:
         self, messages: Sequence[NewMessage], *, new: bool = False
     ) -> dict[str, RecipientRow]:
         """Write each message unless a row with its key exists, then return every row by key.
-        Each message carries this lane and a key (``ValueError`` otherwise, before any write).
+        Each message carries this lane and a key (``ValueError`` otherwise, before any write) and
+        a payload the enqueue accepts (``InvalidPayload`` otherwise, before any write).
         ``new`` (the event's first delivery) changes nothing here: the store's write is
         insert-or-nothing and reading costs nothing."""
         del new
@@ -53,6 +54,7 @@ class MemoryRecipientRows:
             if message.lane != self.lane or not message.idempotency_key:
                 raise ValueError(f"a recipient row needs lane {self.lane!r} and an idempotency key")
             keys.append(message.idempotency_key)
+            payload_json(message.payload)  # as PostgreSQL's one statement: all rows or none
         await asyncio.sleep(0)
         for message in messages:
             self.store.enqueue(message)  # raises StoreUnavailable in an outage, before writing

@@ -26,7 +26,7 @@ text, which could quote a payload.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -40,13 +40,28 @@ if TYPE_CHECKING:  # attrs never resolves these annotations: the API stays optio
     from outbox_core.messages import ClaimedRow, NewMessage, RowId  # noqa: TC004
     from outbox_core.outcomes import Outcome
 
-__all__ = ["SYSTEM", "Delivery", "Produced", "consuming", "delivering", "producing"]
+__all__ = [
+    "SYSTEM",
+    "Delivery",
+    "Produced",
+    "consuming",
+    "delivering",
+    "producing",
+    "producing_each",
+]
 
 #: ``messaging.system`` of every span the library makes.
 SYSTEM: Final = "leased_outbox"
 
 if providers.AVAILABLE:
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode, get_current_span
+    from opentelemetry.trace import (
+        Link,
+        SpanKind,
+        Status,
+        StatusCode,
+        get_current_span,
+        set_span_in_context,
+    )
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     _PROPAGATOR = TraceContextTextMapPropagator()
@@ -59,10 +74,12 @@ class Produced:
     message: NewMessage
     span: Span | None = None
 
-    def wrote(self, row_id: RowId, *, created: bool) -> None:
-        """Name the row the enqueue wrote (or found, ``created=False``)."""
+    def wrote(self, row_id: RowId | None, *, created: bool) -> None:
+        """Name the row the enqueue wrote (or found, ``created=False``; ``None`` when the write
+        did not read the existing row's id)."""
         if self.span is not None:
-            self.span.set_attribute("messaging.message.id", str(row_id))
+            if row_id is not None:
+                self.span.set_attribute("messaging.message.id", str(row_id))
             self.span.set_attribute("outbox.created", created)
 
 
@@ -97,31 +114,71 @@ def producing(message: NewMessage, *, queue: str) -> Iterator[Produced]:
     if tracer is None:
         yield Produced(message)
         return
-    attributes = {
+    with tracer.start_as_current_span(
+        f"send {message.lane}",
+        kind=SpanKind.PRODUCER,
+        attributes=_producer_attributes(message, queue),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield Produced(_stamped(message, span), span)
+        except BaseException as exc:
+            _error(span, exc)
+            raise
+
+
+@contextlib.contextmanager
+def producing_each(messages: Sequence[NewMessage], *, queue: str) -> Iterator[list[Produced]]:
+    """:func:`producing` for messages written by one statement: one PRODUCER span per message,
+    siblings under the current span (none of them current), each message stamped with its own
+    span's context; all end when the write does."""
+    tracer = providers.tracer()
+    if tracer is None:
+        yield [Produced(message) for message in messages]
+        return
+    spans = [
+        tracer.start_span(
+            f"send {message.lane}",
+            kind=SpanKind.PRODUCER,
+            attributes=_producer_attributes(message, queue),
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        for message in messages
+    ]
+    try:
+        yield [
+            Produced(_stamped(message, span), span)
+            for message, span in zip(messages, spans, strict=True)
+        ]
+    except BaseException as exc:
+        for span in spans:
+            _error(span, exc)
+        raise
+    finally:
+        for span in spans:
+            span.end()
+
+
+def _producer_attributes(message: NewMessage, queue: str) -> dict[str, Any]:
+    return {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "send",
         "messaging.operation.name": "enqueue",
         "messaging.destination.name": message.lane,
         "outbox.queue": queue,
     }
-    with tracer.start_as_current_span(
-        f"send {message.lane}",
-        kind=SpanKind.PRODUCER,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        if message.trace_context is None and span.get_span_context().is_valid:
-            carrier: dict[str, str] = {}
-            _PROPAGATOR.inject(carrier)
-            stored = from_headers(carrier)
-            if stored is not None:
-                message = attrs.evolve(message, trace_context=stored)
-        try:
-            yield Produced(message, span)
-        except BaseException as exc:
-            _error(span, exc)
-            raise
+
+
+def _stamped(message: NewMessage, span: Span) -> NewMessage:
+    """``message`` with ``span``'s W3C context in its ``trace_context``, unless it has one."""
+    if message.trace_context is not None or not span.get_span_context().is_valid:
+        return message
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=set_span_in_context(span))
+    stored = from_headers(carrier)
+    return message if stored is None else attrs.evolve(message, trace_context=stored)
 
 
 def _links(trace_context: str | None) -> list[Link]:

@@ -1,8 +1,9 @@
 """What the consumer channels write and read in PostgreSQL (ADR 0021).
 
-- :class:`RecipientRows`: a channel's per-recipient rows in a queue table, written through the one
-  ``enqueue_async`` (insert-or-nothing on the lane's idempotency key) and read back with their
-  state, in one transaction. The rows are then worked by the lane's ``Worker`` like any other.
+- :class:`RecipientRows`: a channel's per-recipient rows in a queue table, written by one
+  statement per event (insert-or-nothing on the lane's idempotency key, the payload checked by the
+  enqueue's rule, one PRODUCER span per row) and read back with their state. The rows are then
+  worked by the lane's ``Worker`` like any other.
 - :class:`PostgresParkLedger`: which kinds of which event a channel parked on the dead-letter
   destination (``outbox_channel_parked``).
 - :class:`NotificationWriter`: the in-app channel's insert-or-nothing into ``outbox_notification``.
@@ -23,10 +24,11 @@ from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table
 
 from outbox_adapters.postgres.channels.redrive import mark_redriven, rearm_redriven
-from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.errors import mapped_outages
+from outbox_adapters.postgres.statements import render
 from outbox_adapters.postgres.tables import check_queue_table, outbox_message
-from outbox_adapters.store_rules import RecipientRow
+from outbox_adapters.store_rules import RecipientRow, payload_json
+from outbox_adapters.telemetry.tracing import producing_each
 from outbox_core.delivery import Status
 from outbox_core.messages import NewMessage
 
@@ -46,6 +48,24 @@ SELECT idempotency_key, status, attempts, last_error,
             ELSE GREATEST(EXTRACT(EPOCH FROM next_attempt_at - now()), 0) END AS wait
 FROM {table}
 WHERE lane = %(lane)s AND idempotency_key = ANY(%(keys)s) AND idempotency_key IS NOT NULL
+"""
+
+# An event's recipient rows, one statement: insert-or-nothing on (lane, idempotency key), as the
+# enqueue's own statement, for every row at once; the created rows' keys come back, and the lane's
+# wake-up is sent for them (folded into one notification by PostgreSQL).
+_WRITE: Final = """
+WITH created AS (
+    INSERT INTO {queue} (lane, payload, idempotency_key, next_attempt_at, trace_context)
+    SELECT %(lane)s, m.payload::jsonb, m.idempotency_key, coalesce(m.not_before, now()),
+           m.trace_context
+    FROM unnest(%(payloads)s::text[], %(keys)s::text[], %(not_befores)s::timestamptz[],
+                %(trace_contexts)s::text[])
+         WITH ORDINALITY AS m(payload, idempotency_key, not_before, trace_context, n)
+    ORDER BY m.n
+    ON CONFLICT (lane, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, idempotency_key
+)
+SELECT id, idempotency_key, pg_notify({channel}, %(lane)s) FROM created
 """
 
 # A park that ``outbox dlq redrive`` lifted (redriven_at set) no longer counts: parked again if
@@ -81,21 +101,23 @@ class RecipientRows:
         self.lane = lane
         self.table = check_queue_table(table)
         self._states = sql.SQL(_STATES).format(table=sql.Identifier(self.table.name))
+        self._insert = render(_WRITE, self.table)
 
     @mapped_outages
     async def ensure(
         self, messages: Sequence[NewMessage], *, new: bool = False
     ) -> dict[str, RecipientRow]:
         """Write each message unless a row with its idempotency key exists (insert-or-nothing),
-        then return every row by key, in one transaction. Each message carries this lane and a
-        key.
+        then return every row by key. Each message carries this lane and a key; a payload the
+        enqueue would refuse raises :class:`~outbox_core.errors.InvalidPayload` before anything
+        is written (checked only when a row is to be written).
 
         The rows are read first: when every one exists (an event looked at again while its
         recipients are being sent), that one read is all it costs. ``new``: the caller has not
-        seen the event before (its first delivery), so that read is skipped. A row this call
-        created (due at once) is known without reading it: pending, no attempt, no error, due
-        now, as no other transaction can see it before the commit. Only a row that was there
-        already (another process wrote it) is read back, in the same transaction."""
+        seen the event before (its first delivery), so that read is skipped. The missing rows are
+        written by one statement (its own transaction: all of them or none). A row it created
+        (due at once) is known without reading it: pending, no attempt, no error, due now. Only
+        a row that was there already (another process wrote it) is read back."""
         keys = []
         for message in messages:
             if message.lane != self.lane or not message.idempotency_key:
@@ -103,17 +125,45 @@ class RecipientRows:
             keys.append(message.idempotency_key)
         async with self._pool.connection() as conn:
             found = {} if new else await self._read(conn, keys)
-            if len(found) < len(set(keys)):
-                async with conn.transaction():
-                    for message in messages:
-                        written = await enqueue_async(conn, message, table=self.table)
-                        key = str(message.idempotency_key)
-                        if written.created and message.not_before is None:
-                            found[key] = _created(key)
-                    missing = [key for key in keys if key not in found]
-                    if missing:
-                        found.update(await self._read(conn, missing))
+            todo = [i for i, key in enumerate(keys) if key not in found]
+            if todo:
+                created = await self._write(conn, [messages[i] for i in todo])
+                for i in todo:
+                    if keys[i] in created and messages[i].not_before is None:
+                        found[keys[i]] = _created(keys[i])
+                missing = [key for key in keys if key not in found]
+                if missing:
+                    found.update(await self._read(conn, missing))
         return found
+
+    async def _write(
+        self,
+        conn: AsyncConnection[Any],
+        messages: list[NewMessage],
+    ) -> set[str]:
+        """Insert-or-nothing ``messages`` in one statement, one PRODUCER span each; the keys of
+        the rows it created. Every payload is checked by the enqueue's rule first."""
+        payloads = [payload_json(message.payload) for message in messages]
+        with producing_each(messages, queue=self.table.name) as produced:
+            params = {
+                "lane": self.lane,
+                "payloads": payloads,
+                "keys": [each.message.idempotency_key for each in produced],
+                "not_befores": [each.message.not_before for each in produced],
+                "trace_contexts": [each.message.trace_context for each in produced],
+            }
+            if conn.autocommit:
+                cursor = await conn.execute(self._insert, params)
+                rows = await cursor.fetchall()
+            else:
+                async with conn.transaction():
+                    cursor = await conn.execute(self._insert, params)
+                    rows = await cursor.fetchall()
+            ids = {str(key): row_id for row_id, key, _ in rows}
+            for each in produced:
+                key = str(each.message.idempotency_key)
+                each.wrote(ids.get(key), created=key in ids)
+        return set(ids)
 
     async def _read(self, conn: AsyncConnection[Any], keys: list[str]) -> dict[str, RecipientRow]:
         cursor = await conn.execute(self._states, {"lane": self.lane, "keys": keys})
