@@ -21,9 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from bench.stats import Figure
+
 __all__ = [
     "CpuMeter",
     "CpuShares",
+    "cpu_figures",
     "machine_busy_seconds",
     "process_seconds",
     "server_seconds",
@@ -148,3 +151,16 @@ def shares_table(title: str, by_variant: Mapping[str, Any] | None, unit: str) ->
         cells = ["—" if owners.get(owner) is None else owners[owner].text() for owner in _OWNERS]
         lines.append("| " + " | ".join([variant, *cells]) + " |")
     return [*lines, ""]
+
+
+def cpu_figures(runs: list[dict[str, float | None]]) -> dict[str, Figure | None]:
+    """Per owner (this process, ``postgres``, ``nats-server``, the machine) the CPU microseconds
+    per event of a variant's runs, and the cores busy; ``None`` where ``/proc`` could not tell."""
+    owners = {owner for run in runs for owner in run}
+    figures: dict[str, Figure | None] = {}
+    for owner in sorted(owners):
+        values = [run.get(owner) for run in runs]
+        known = [v for v in values if v is not None]
+        unit = "cores" if owner == "cores_busy" else "µs/event"
+        figures[owner] = Figure.of(known, unit) if len(known) == len(values) else None
+    return figures

@@ -1,4 +1,5 @@
-"""The event relay and the e-mail consumer channel, on a real NATS JetStream server in its own process.
+"""The event relay and (``bench/consumer.py``) the e-mail consumer channel, on a real NATS
+JetStream server in its own process.
 
 Relay (issue 11 item 7: goal library / bare >= 0.8x):
 
@@ -25,11 +26,7 @@ has). Every run publishes fresh event ids (JetStream would drop a repeated ``Nat
 its duplicate window, which is cheaper than storing it) and checks that the stream stored exactly
 N new messages; the library's runs also that every row ended ``dispatched`` after one attempt.
 
-Consumer to e-mail: N ``tenant.provisioned`` events already on a stream of their own (published
-before the clock starts); the clock runs from ``EmailChannelWorkers.run()`` (group
-``notification-email`` and the worker of its e-mail lane, 8 rows in flight, marks grouped, 8 SMTP
-sessions) until the STARTTLS sink, in its own process, has accepted the 2N e-mails
-(``tenant_welcome`` + ``owner_notify`` per event). Reported as events/s.
+Consumer to e-mail: ``bench/consumer.py``.
 """
 
 from __future__ import annotations
@@ -44,76 +41,32 @@ import nats
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from bench import rows
-from bench.cpu import CpuShares
-from bench.library import DRAIN_POLL, connection_budget, drain_library, lane_config, noop_handler
+from bench.consumer import measure_consumer
+from bench.cpu import CpuShares, cpu_figures
+from bench.events import IN_FLIGHT, KEYS, PUBLISH_SECONDS, TRUNCATE, nats_headers, new_events
+from bench.library import DRAIN_POLL, connection_budget, noop_handler
 from bench.server import fresh_database
 from bench.settings import Sizes
-from bench.sink_process import SinkProcess
 from bench.stats import Figure, ratio, rotation
 from outbox_adapters.brokers import NatsBroker
 from outbox_adapters.brokers.embedded import find_nats
-from outbox_adapters.clock import SystemClock
-from outbox_adapters.lanes.channel_workers import ChannelTiming, EmailChannelWorkers
-from outbox_adapters.lanes.email import EmailHandler
-from outbox_adapters.lanes.email_channel import (
-    EMAIL_CHANNEL_GROUP,
-    email_channel_lane,
-    platform_recipes,
-)
 from outbox_adapters.lanes.relay import RelayHandler, event_message, relay_lane
 from outbox_adapters.postgres import PostgresStore
-from outbox_adapters.postgres.events import new_event, outbox_event, publish_async
+from outbox_adapters.postgres.events import outbox_event, publish_async
 from outbox_adapters.runtime import Worker
-from outbox_adapters.smtp import SmtpMailer, SmtpSettings
 from outbox_core.brokers import StreamSpec
 from outbox_core.events import EventEnvelope
 from outbox_core.outcomes import OutcomeKind
 from outbox_core.ports import BrokerMessage, RowHandler
-from outbox_core.timing import DEFAULT_RELAY_TIMING, EmailTiming, RelayTiming
-from outbox_core.tls import SmtpSecurityPolicy
+from outbox_core.timing import DEFAULT_RELAY_TIMING, RelayTiming
 
 __all__ = ["measure"]
 
 TOPIC: Final = "bench-relay-events"
 STREAM: Final = StreamSpec(name="BENCH_RELAY_EVENTS", subjects=(TOPIC,))
-KEYS: Final = 50
-#: Rows per claim of the consumer's e-mail lane (as bench/smtp_e2e.py).
-BATCH: Final = 50
-IN_FLIGHT: Final = 8
 #: The strict relay: one publish and one committed mark at a time.
 STRICT: Final = RelayTiming(batch_size=50, window=1)
-#: The budget of one publish (the relay's default) and the bare loop's PubAck timeout.
-PUBLISH_SECONDS: Final = 5.0
-SENDER: Final = "bench@bench.example"
-OWNER: Final = "owner@bench.example"
-#: The e-mail worker's sleep after a short claim: the consumer writes rows as events arrive.
-CONSUMER_POLL: Final = 0.01
-_TRUNCATE: Final = "TRUNCATE outbox_event, outbox_message, outbox_channel_parked RESTART IDENTITY"
 _EVENT_ROWS: Final = "SELECT status, attempts, count(*) FROM outbox_event GROUP BY 1, 2"
-
-
-def _events(run: str, events: int) -> list[EventEnvelope]:
-    return [
-        new_event(
-            key=f"tenant-{n % KEYS:03d}",
-            type="tenant.provisioned",
-            source="auth",
-            data={
-                "tenant_id": f"tenant-{n % KEYS:03d}",
-                "tenant_name": f"Acme {n}",
-                "tenant_slug": f"acme-{n}",
-                "admin_email": f"admin{n}@bench.example",
-                "admin_display_name": f"Admin {n}",
-                "signup_source": run,
-            },
-        )
-        for n in range(events)
-    ]
-
-
-def _nats_headers(message: BrokerMessage) -> dict[str, str]:
-    return {**message.headers, "Nats-Msg-Id": message.message_id}
 
 
 async def _stored(js: Any, stream: str) -> int:  # noqa: ANN401 - nats-py's JetStreamContext
@@ -135,7 +88,7 @@ async def _bare(
                 message.subject,
                 message.body,
                 timeout=PUBLISH_SECONDS,
-                headers=_nats_headers(message),
+                headers=nats_headers(message),
             )
 
     cpu.start()
@@ -146,7 +99,7 @@ async def _bare(
                 message.subject,
                 message.body,
                 timeout=PUBLISH_SECONDS,
-                headers=_nats_headers(message),
+                headers=nats_headers(message),
             )
     else:
         await asyncio.gather(*(one(message) for message in messages))
@@ -173,7 +126,7 @@ async def _publisher_only(
 
 async def _load(dsn: str, events: list[EventEnvelope]) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await conn.execute(_TRUNCATE)
+        await conn.execute(TRUNCATE)
         async with conn.transaction():
             for event in events:
                 await publish_async(
@@ -229,7 +182,7 @@ async def measure(
         find_nats(env="OUTBOX_BENCH_NATS_URL") as found,
     ):
         relay = await _measure_relay(dsn, found.url, sizes.relay_events, runs, log)
-        consumer = await _measure_consumer(dsn, found.url, sizes.consumer_events, runs, log)
+        consumer = await measure_consumer(dsn, found.url, sizes.consumer_events, runs, log)
         return {
             **relay,
             **consumer,
@@ -261,7 +214,7 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
             cpu = CpuShares("postgres", "nats-server")
 
             def fresh() -> list[EventEnvelope]:
-                return _events(f"run{next(counter)}", events)
+                return new_events(f"run{next(counter)}", events)
 
             async def bare() -> float:
                 return await _bare(js, [event_message(TOPIC, e) for e in fresh()], 1, cpu)
@@ -322,7 +275,7 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
         "bare_in_flight_ratio": ratio(figures["bare_in_flight"], bare_fig),
         "publisher_only_ratio": ratio(figures["publisher_only"], bare_fig),
         "store_only_ratio": ratio(figures["store_only"], bare_fig),
-        "cpu_per_event": {key: _cpu_figures(runs) for key, runs in shares.items()},
+        "cpu_per_event": {key: cpu_figures(runs) for key, runs in shares.items()},
         "variant": {
             "bare": "nats-py js.publish per event, each PubAck awaited, in sequence; same"
             " envelopes, headers and Nats-Msg-Id; no database",
@@ -342,172 +295,4 @@ async def _measure_relay(  # noqa: C901 - one closure per variant
             " claim, the grouped marks and the runtime alone (diagnostic)",
             "keys": f"{KEYS} partition keys in turn",
         },
-    }
-
-
-def _cpu_figures(runs: list[dict[str, float | None]]) -> dict[str, Figure | None]:
-    """Per owner (this process, ``postgres``, ``nats-server``, the machine) the CPU microseconds
-    per event of a variant's runs, and the cores busy; ``None`` where ``/proc`` could not tell."""
-    owners = {owner for run in runs for owner in run}
-    figures: dict[str, Figure | None] = {}
-    for owner in sorted(owners):
-        values = [run.get(owner) for run in runs]
-        known = [v for v in values if v is not None]
-        unit = "cores" if owner == "cores_busy" else "µs/event"
-        figures[owner] = Figure.of(known, unit) if len(known) == len(values) else None
-    return figures
-
-
-def _smtp(sink: SinkProcess) -> SmtpSettings:
-    return SmtpSettings(
-        host="127.0.0.1",
-        port=sink.port,
-        policy=SmtpSecurityPolicy(sender=SENDER),
-        tls_context=sink.client_context(),
-        max_sessions=IN_FLIGHT,
-    )
-
-
-async def _consume_once(  # noqa: PLR0913 - keyword-only, one argument per part of the run
-    dsn: str,
-    url: str,
-    sink: SinkProcess,
-    *,
-    run: int,
-    events: int,
-    cpu: CpuShares,
-) -> float:
-    topic = f"bench-consume-{run}"
-    spec = StreamSpec(name=f"BENCH_CONSUME_{run}", subjects=(topic,))
-    broker = NatsBroker([url], streams=[spec])
-    client = await nats.connect(url)
-    js = client.jetstream(timeout=PUBLISH_SECONDS)
-    try:
-        await broker.jetstream()
-        for event in _events(f"consume{run}", events):
-            message = event_message(topic, event)
-            await js.publish(topic, message.body, headers=_nats_headers(message))
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await conn.execute(_TRUNCATE)
-        pool_size = min(6, connection_budget(dsn))
-        async with (
-            AsyncConnectionPool(
-                dsn,
-                min_size=pool_size,
-                max_size=pool_size,
-                kwargs={"autocommit": True},
-                open=False,
-                name="bench-consume",
-            ) as pool,
-            SmtpMailer(_smtp(sink)) as mailer,
-        ):
-            await pool.wait(timeout=30.0)
-            workers = EmailChannelWorkers(
-                pool,
-                broker.consumer(EMAIL_CHANNEL_GROUP, [topic]),
-                broker.publisher(),
-                mailer,
-                sender=SENDER,
-                recipes=platform_recipes("https://app.bench.example", OWNER),
-                lane_config=email_channel_lane(
-                    timing=EmailTiming(batch_size=BATCH),
-                    poll_interval=CONSUMER_POLL,
-                    rows_in_flight=IN_FLIGHT,
-                    group_marks=True,
-                ),
-            )
-            before = sink.count()
-            cpu.start()
-            started = time.perf_counter()
-            task = asyncio.create_task(workers.run())
-            try:
-                while sink.count() - before < 2 * events:
-                    if task.done():
-                        await task
-                        raise RuntimeError("relay consumer: the channel stopped early")
-                    await asyncio.sleep(0.01)
-                elapsed = time.perf_counter() - started
-                cpu.stop()
-            finally:
-                workers.request_stop()
-                await asyncio.gather(task, return_exceptions=True)
-        received = sink.count() - before
-        if received != 2 * events:
-            raise RuntimeError(
-                f"relay consumer: the sink received {received}, expected {2 * events}"
-            )
-        return elapsed
-    finally:
-        await client.close()
-        await broker.aclose()
-
-
-async def _email_lane_once(dsn: str, sink: SinkProcess, *, emails: int, cpu: CpuShares) -> float:
-    """The e-mail lane alone on the same sink and settings as the channel's lane: ``emails`` rows
-    written before the clock starts, drained by one worker (batch, rows in flight, grouped marks
-    and SMTP sessions as the channel's); the seconds until every row is marked."""
-    rows.reset(dsn)
-    rows.load_pending(dsn, emails)
-    async with SmtpMailer(_smtp(sink)) as mailer:
-        handler = EmailHandler(mailer, sender=SENDER, clock=SystemClock())
-        done, seconds = await drain_library(
-            dsn,
-            workers=1,
-            config=lane_config(BATCH, rows_in_flight=IN_FLIGHT, group_marks=True),
-            pool=min(6, connection_budget(dsn)),
-            handler=handler,
-            cpu=cpu,
-        )
-    if done != emails:
-        raise RuntimeError(f"relay consumer baseline: {done} e-mails sent, expected {emails}")
-    rows.verify_drain(dsn, emails, what="relay consumer baseline (the e-mail lane alone)")
-    return seconds
-
-
-async def _measure_consumer(
-    dsn: str, url: str, events: int, runs: int, log: Callable[[str], None]
-) -> dict[str, Any]:
-    rates: list[float] = []
-    lane_rates: list[float] = []
-    cpu = CpuShares("postgres", "nats-server")
-    shares: dict[str, list[dict[str, float | None]]] = {"channel": [], "lane": []}
-    with SinkProcess() as sink:
-        for run in range(runs):
-            # The two in turn, so a shared machine's load falls on both alike.
-            order = ("channel", "lane") if run % 2 == 0 else ("lane", "channel")
-            for which in order:
-                if which == "channel":
-                    seconds = await _consume_once(dsn, url, sink, run=run, events=events, cpu=cpu)
-                    rates.append(events / seconds)
-                    shares["channel"].append(cpu.per_event(2 * events, seconds))
-                    log(
-                        f"relay consumer run {run + 1}: {events / seconds:,.0f} events/s"
-                        f" ({2 * events / seconds:,.0f} e-mails/s)"
-                    )
-                else:
-                    seconds = await _email_lane_once(dsn, sink, emails=2 * events, cpu=cpu)
-                    lane_rates.append(2 * events / seconds)
-                    shares["lane"].append(cpu.per_event(2 * events, seconds))
-                    log(
-                        f"relay consumer run {run + 1}: the e-mail lane alone"
-                        f" {2 * events / seconds:,.0f} e-mails/s"
-                    )
-    figure = Figure.of(rates, "events/s")
-    emails = Figure.of([2 * r for r in rates], "e-mails/s")
-    lane = Figure.of(lane_rates, "e-mails/s")
-    return {
-        "consumer_events": events,
-        "consumer_email_events_per_s": figure,
-        "consumer_emails_per_s": emails,
-        "email_lane_alone_emails_per_s": lane,
-        "consumer_vs_email_lane": ratio(emails, lane),
-        "consumer_cpu_per_email": {key: _cpu_figures(runs) for key, runs in shares.items()},
-        "consumer_variant": "EmailChannelWorkers (group notification-email, ChannelTiming"
-        f" defaults: {ChannelTiming().in_flight} deliveries handled at once) + its e-mail lane's"
-        f" worker: batch {BATCH}, rows_in_flight={IN_FLIGHT}, group_marks,"
-        f" poll {CONSUMER_POLL * 1000:g} ms, {IN_FLIGHT} SMTP sessions; 2 e-mails per event"
-        " (tenant_welcome, owner_notify) to a STARTTLS sink in its own process; the events"
-        " published before the clock starts. Baseline: the e-mail lane alone, the same number"
-        " of e-mails written before the clock starts, the same worker settings and sink, run in"
-        " turn with the channel",
     }
