@@ -2,12 +2,12 @@
 channel that sends through a lane of its own (SMS, push, ...).
 
 For each event, the channel asks its ``recipients`` function for one :class:`Recipient` per kind:
-a message for the lane, or a refusal (an invalid address: terminal, parked with the reason). It
-writes every message through the one ``enqueue`` with the idempotency key
-``"{event_id}:{kind}"`` (:func:`recipient_key`), insert-or-nothing, in one transaction, and
-learns each row's state: a row it created is pending and due now, a row that was there already is
-read back in the same transaction (an event's first delivery writes at once; a recheck reads
-first and writes nothing when every row is there):
+a message for the lane, or a refusal (an invalid address: terminal, parked with the reason). Its
+row store writes every message with the idempotency key ``"{event_id}:{kind}"``
+(:func:`recipient_key`), insert-or-nothing, all of an event's rows or none (on PostgreSQL one
+statement), and learns each row's state: a row it created is pending and due now, a row that was
+there already is read back (an event's first delivery writes at once; a recheck reads first and
+writes nothing when every row is there):
 
 =================  ==========================================================================
 row                the recipient is
@@ -156,7 +156,7 @@ class RowChannel:
         waits: list[timedelta] = []
         for kind, written in messages.items():
             row = rows.get(str(written.idempotency_key))
-            if row is None:  # pragma: no cover - written in the same transaction
+            if row is None:  # pragma: no cover - the store answers every key it was given
                 waits.append(timedelta(0))
                 continue
             if row.status is Status.FAILED:
