@@ -39,6 +39,14 @@ SENDER = "ops@example.com"
 LANE = "live-mail"
 
 
+#: Whether every resolved e-mail and event row is older than the prunes' one-second cut-off.
+_AGED = """
+SELECT coalesce(bool_and(resolved_at < now() - interval '1.5 seconds'), true)
+FROM (SELECT resolved_at FROM outbox_message UNION ALL SELECT resolved_at FROM outbox_event) AS r
+WHERE resolved_at IS NOT NULL
+"""
+
+
 def _wait(
     what: str, done: Callable[[], bool], *, timeout: float = 60.0, state: Callable[[], object] = str
 ) -> None:
@@ -254,6 +262,8 @@ def test_the_operators_tools_on_live_workers_of_every_lane(  # noqa: PLR0915 - o
         assert smtp == {"value": env["OUTBOX_SMTP_URL"], "from": "environment"}
         assert "per-row budget 60s" in effective["lanes"]["email (outbox worker, effective)"]
         assert "claim lease" in effective["lanes"]["relay (outbox relay)"]
+        # The prunes below keep what was resolved in the last second: let the last rows age past it.
+        _wait("every resolved row to be over a second old", lambda: query(dsn, _AGED) == [(True,)])
         pruned = outbox("prune", "--database-url", dsn, "--older-than", "1s", "--json")
         assert pruned.exit_code == 0, pruned.output
         removed = json.loads(pruned.stdout)["removed"]
@@ -265,6 +275,7 @@ def test_the_operators_tools_on_live_workers_of_every_lane(  # noqa: PLR0915 - o
         )  # fmt: skip
         assert named.exit_code == 0, named.output
         removed = json.loads(named.stdout)["removed"]
-        assert removed["messages"] == 2  # the two sent e-mails; the failed row stays
+        left = query(dsn, "SELECT lane, status, resolved_at, now() FROM outbox_message ORDER BY id")
+        assert removed["messages"] == 2, left  # the two sent e-mails; the failed row stays
         assert removed["events"] == 1
         assert query(dsn, "SELECT status FROM outbox_message") == [("failed",)]
