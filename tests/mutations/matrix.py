@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from outbox_adapters.brokers.nats import consumer as _nats_consumer
 from outbox_adapters.feed import routes as _feed_routes
 from outbox_adapters.http import guard as http_guard
 from outbox_adapters.http import sender as _http_sender
@@ -771,6 +772,12 @@ def _ack_always(settlement: Any) -> bool:
     return True
 
 
+def _cancellation_ignored(exc: BaseException) -> None:
+    """The mutant of the NATS consumer's ``_raise_if_cancelled``: a cancelled fetch that nats-py
+    answered with an error of its own is taken for an empty or failed fetch."""
+    del exc
+
+
 def _never_exhausted(self: Any, message_id: str) -> bool:
     """The mutant of FailureTally.failed: no bound on failed handlings."""
     del self, message_id
@@ -825,6 +832,15 @@ MUTANTS += (
         "tests/contract/test_channel_rows_contract.py"
         "::test_each_row_carries_its_own_producer_span_under_the_delivery[postgres]",
         _replace_in(_channel_repository, "_WRITE", "           m.trace_context", "           NULL"),
+    ),
+    Mutant(
+        "nats-consumer-swallows-cancellation",
+        "a NATS consumer stops when its task is cancelled, whatever nats-py answers the fetch",
+        "a fetch cancelled on a closed connection (ConnectionClosedError) is retried: the"
+        " channel's stop waits for ever",
+        "tests/unit/test_nats_consumer_cancel.py::"
+        "test_a_cancelled_fetch_ends_the_messages_whatever_nats_py_answers[connection-closed]",
+        (_nats_consumer, "_raise_if_cancelled", _cancellation_ignored),
     ),
     Mutant(
         "consumer-no-failure-bound",

@@ -170,6 +170,7 @@ class NatsConsumer:
                     try:
                         self._subs = await self._subscribe()
                     except BrokerUnavailable as exc:
+                        _raise_if_cancelled(exc)
                         if self._closed:
                             return
                         if not warned:
@@ -199,7 +200,8 @@ class NatsConsumer:
     async def _fetch(self, sub: Any) -> list[Msg]:  # noqa: ANN401 - nats-py's pull subscription
         try:
             msgs: list[Msg] = await sub.fetch(self.batch, timeout=self.fetch_wait)
-        except TimeoutError:
+        except TimeoutError as exc:
+            _raise_if_cancelled(exc)
             # Nothing waiting. nats-py raises its own TimeoutError, or asyncio's when the server's
             # "no messages" answer comes in late (a busy event loop: an application running other
             # work beside its consumers): both mean an empty fetch, not a failure to warn about.
@@ -207,9 +209,20 @@ class NatsConsumer:
         except Exception as exc:
             if not is_broker_error(exc):
                 raise
+            _raise_if_cancelled(exc)
             log.warning("consumer %s: fetching failed, retrying: %s", self.group, describe(exc))
             if isinstance(exc, nats.errors.ConnectionClosedError) or self.broker.closed:
                 await self._unsubscribe()  # bind again on a new connection
             await asyncio.sleep(1.0)
             return []
         return msgs
+
+
+def _raise_if_cancelled(exc: BaseException) -> None:
+    """Raise ``CancelledError`` when the running task is being cancelled: nats-py answers a
+    cancelled fetch on a closed connection with its ``ConnectionClosedError`` (and Python 3.11's
+    ``wait_for`` may answer one with a timeout), which would otherwise be taken for an empty or a
+    failed fetch, and the consumer would fetch on for ever instead of stopping."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc
