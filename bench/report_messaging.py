@@ -13,9 +13,10 @@ __all__ = ["feed", "relay", "webhooks"]
 
 
 def _versus(r: Mapping[str, Any], path: str | None, *, bold: bool) -> str:
+    """The ratio cell at ``path`` ("1 times" for the baseline's own row), bold for the library's."""
     if path is None:
         return "1\N{MULTIPLICATION SIGN}"
-    text = cell(r, f"webhooks.{path}")
+    text = cell(r, path)
     return f"**{text}**" if bold else text
 
 
@@ -58,7 +59,7 @@ def webhooks(r: Mapping[str, Any]) -> list[str]:
             label,
             str(variant.get(key, "")),
             cell(r, f"webhooks.{figure}"),
-            _versus(r, versus, bold=key == "library"),
+            _versus(r, versus and f"webhooks.{versus}", bold=key == "library"),
             str(windows.get(key, "")),
         ]
         for label, key, figure, versus in rows
@@ -92,13 +93,7 @@ def relay(r: Mapping[str, Any]) -> list[str]:
             label,
             str(variant.get(key, "")),
             cell(r, f"relay.{figure}"),
-            "1\N{MULTIPLICATION SIGN}"
-            if versus is None
-            else (
-                cell(r, f"relay.{versus}")
-                if key != "library"
-                else "**" + cell(r, f"relay.{versus}") + "**"
-            ),
+            _versus(r, versus and f"relay.{versus}", bold=key == "library"),
         ]
         for label, key, figure, versus in rows
     ]
