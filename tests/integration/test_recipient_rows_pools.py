@@ -1,7 +1,7 @@
 """A channel's recipient rows on PostgreSQL commit whatever the pool's connections are: the one
 statement that writes an event's rows is its own transaction on an autocommit connection, and is
-wrapped in one on a connection that is not (the rows must be there for the lane's worker and for
-another process's recheck, not left in a transaction the pool rolls back).
+committed with the connection's transaction when the pool takes back one that is not (the rows
+must be there for the lane's worker and for another process's recheck).
 """
 
 from __future__ import annotations

@@ -152,13 +152,10 @@ class RecipientRows:
                 "not_befores": [each.message.not_before for each in produced],
                 "trace_contexts": [each.message.trace_context for each in produced],
             }
-            if conn.autocommit:
-                cursor = await conn.execute(self._insert, params)
-                rows = await cursor.fetchall()
-            else:
-                async with conn.transaction():
-                    cursor = await conn.execute(self._insert, params)
-                    rows = await cursor.fetchall()
+            # One statement: its own transaction on an autocommit connection; on one that is not,
+            # the pool commits it when the connection goes back.
+            cursor = await conn.execute(self._insert, params)
+            rows = await cursor.fetchall()
             ids = {str(key): row_id for row_id, key, _ in rows}
             for each in produced:
                 key = str(each.message.idempotency_key)
