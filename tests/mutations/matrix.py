@@ -30,6 +30,7 @@ from outbox_adapters.lanes import relay as _relay
 from outbox_adapters.lanes import row_channel as _row_channel
 from outbox_adapters.lanes import send_caps as _send_caps
 from outbox_adapters.lanes import webhooks as _webhook_lane
+from outbox_adapters.lanes import wind_down as _wind_down
 from outbox_adapters.portal import app as _portal_app
 from outbox_adapters.postgres import claim_forms, operator_statements, statements
 from outbox_adapters.postgres import delivery_order as _delivery_order
@@ -778,6 +779,15 @@ def _cancellation_ignored(exc: BaseException) -> None:
     del exc
 
 
+async def _waited_without_bound(future: Any, seconds: float) -> bool:
+    """The mutant of ``wind_down.ended_within``: a stop waits for the broker consumer's cancelled
+    fetch, and for its close, however long they take."""
+    del seconds
+    with contextlib.suppress(BaseException):
+        await future
+    return True
+
+
 def _never_exhausted(self: Any, message_id: str) -> bool:
     """The mutant of FailureTally.failed: no bound on failed handlings."""
     del self, message_id
@@ -841,6 +851,15 @@ MUTANTS += (
         "tests/unit/test_nats_consumer_cancel.py::"
         "test_a_cancelled_fetch_ends_the_messages_whatever_nats_py_answers[connection-closed]",
         (_nats_consumer, "_raise_if_cancelled", _cancellation_ignored),
+    ),
+    Mutant(
+        "consumer-stop-waits-for-the-fetch",
+        "a channel's stop ends within its grace when the broker consumer ignores its cancel",
+        "the stop waits for the cancelled fetch and the close without a bound: a broker consumer"
+        " that takes the cancel for a failed fetch holds the host's shutdown for ever",
+        "tests/unit/test_consumer_stop_grace.py::"
+        "test_a_stop_ends_within_the_grace_when_the_broker_consumer_ignores_it[fetch-ignores-cancel]",
+        (_wind_down, "ended_within", _waited_without_bound),
     ),
     Mutant(
         "consumer-no-failure-bound",

@@ -43,6 +43,7 @@ from outbox_adapters.lanes.inapp import (
     platform_notifications,
 )
 from outbox_adapters.lanes.row_channel import RECHECK, RECHECK_CAP
+from outbox_adapters.lanes.wind_down import STOP_GRACE
 from outbox_adapters.postgres import PostgresStore
 from outbox_adapters.postgres.channels import (
     NotificationWriter,
@@ -76,6 +77,8 @@ class ChannelTiming:
     recheck_cap: timedelta = RECHECK_CAP
     #: Deliveries handled at once (those of one event key one after the other, in order).
     in_flight: int = DEFAULT_IN_FLIGHT
+    #: How long a stop waits for the broker consumer's cancelled fetch, then for its close.
+    stop_grace: timedelta = STOP_GRACE
 
     def consumer(
         self,
@@ -97,6 +100,7 @@ class ChannelTiming:
             drain_idle=self.drain_idle,
             max_failures=self.max_failures,
             in_flight=self.in_flight,
+            stop_grace=self.stop_grace,
         )
 
 

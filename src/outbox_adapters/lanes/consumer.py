@@ -35,9 +35,7 @@ broker redelivers a nak'd event; the channel finds its recipients' rows and repo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any, Final
 
@@ -55,6 +53,7 @@ from outbox_adapters.lanes.settlement import (
     dlq_message,
     should_ack,
 )
+from outbox_adapters.lanes.wind_down import STOP_GRACE, wound_down
 from outbox_adapters.telemetry.metrics import LaneMetrics
 from outbox_adapters.telemetry.tracing import consuming
 from outbox_core.brokers import DLQ_REASON
@@ -109,6 +108,7 @@ class ChannelConsumer:
         drain_idle: timedelta = timedelta(seconds=1),
         max_failures: int = MAX_FAILURES,
         in_flight: int = DEFAULT_IN_FLIGHT,
+        stop_grace: timedelta = STOP_GRACE,
     ) -> None:
         self.consumer = consumer
         self.channel = channel
@@ -119,6 +119,8 @@ class ChannelConsumer:
         self.overrun_delay = overrun_delay
         self.publish_budget = publish_budget
         self.drain_idle = drain_idle
+        #: How long a stop waits for the broker consumer's cancelled fetch, then for its close.
+        self.stop_grace = stop_grace
         #: Failed handlings per message; at ``max_failures`` the message is parked.
         self.failures = FailureTally(max_failures)
         self.stats = ConsumerStats()
@@ -142,7 +144,9 @@ class ChannelConsumer:
         other in the order they arrived (an undecodable body has no key: it waits for nothing).
         A drain first waits for a consumer that has to join a group (its ``ready()``, Kafka's)
         to be given partitions.
-        A stop takes no new delivery and settles every one in progress before returning."""
+        A stop takes no new delivery and settles every one in progress before returning; a broker
+        consumer that does not end its cancelled fetch, or its close, within ``stop_grace`` is
+        left behind with a warning (:mod:`~outbox_adapters.lanes.wind_down`)."""
         if drain:
             await self._joined()
         messages = aiter(self.consumer.messages())
@@ -176,28 +180,15 @@ class ChannelConsumer:
             self._slots.cancel()  # cancelled from outside: so are the handlings in progress
             raise
         finally:
-            await self._wound_down(stop, following, messages)
+            await wound_down(
+                channel=self.channel.name,
+                stop=stop,
+                following=following,
+                messages=messages,
+                slots=self._slots,
+                grace=self.stop_grace,
+            )
         return self.stats
-
-    async def _wound_down(
-        self,
-        stop: asyncio.Future[Any],
-        following: asyncio.Future[ReceivedMessage] | None,
-        messages: AsyncIterator[ReceivedMessage],
-    ) -> None:
-        """The end of :meth:`run`: no delivery fetched any more, every one in progress settled,
-        the broker's iterator closed."""
-        stop.cancel()
-        if following is not None:
-            following.cancel()
-            with contextlib.suppress(BaseException):
-                await following
-        self._slots.give_back()
-        await self._slots.settled()
-        closer = getattr(messages, "aclose", None)
-        if closer is not None:
-            with contextlib.suppress(Exception):
-                await closer()
 
     async def _joined(self) -> None:
         """A consumer that joins a group first (Kafka's ``ready()``): wait until it holds
