@@ -109,7 +109,11 @@ class EventEnvelope:
     data: JSONObject = attrs.field(converter=_data, hash=False)
 
     def to_json(self) -> dict[str, Any]:
-        """The CloudEvents structured form."""
+        """The CloudEvents structured form (its ``data`` a copy of the envelope's)."""
+        return {**self._document(), "data": dict(self.data)}
+
+    def _document(self) -> dict[str, Any]:
+        # The structured form sharing the envelope's data: only for encoding, which reads it.
         return {
             "specversion": SPEC_VERSION,
             "id": self.id,
@@ -118,13 +122,13 @@ class EventEnvelope:
             "subject": self.key,
             "time": self.time.isoformat(),
             "datacontenttype": "application/json",
-            "data": dict(self.data),
+            "data": self.data,
         }
 
     def encode(self) -> bytes:
         """The bytes the relay publishes (compact JSON, UTF-8); refused past
         :data:`MAX_EVENT_BYTES`."""
-        body = _ENCODER.encode(self.to_json()).encode("utf-8")
+        body = _ENCODER.encode(self._document()).encode("utf-8")
         if len(body) > MAX_EVENT_BYTES:
             raise InvalidPayload(
                 f"the event is {len(body)} bytes encoded, more than {MAX_EVENT_BYTES}"
@@ -145,7 +149,8 @@ def decode_event(body: bytes) -> EventEnvelope:
 
 def event_from_document(document: object) -> EventEnvelope:
     """The envelope of an already parsed CloudEvents document (the relay's stored payload);
-    :class:`InvalidPayload` for anything else, as :func:`decode_event`."""
+    :class:`InvalidPayload` for anything else, as :func:`decode_event`. Members other than the
+    envelope's fields (the stored ``topic``, an extension) are not read."""
     if not isinstance(document, Mapping):
         raise InvalidPayload("the event is not a JSON object")
     if document.get("specversion") != SPEC_VERSION:

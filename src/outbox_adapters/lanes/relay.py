@@ -143,18 +143,20 @@ def relay_message(row: ClaimedRow) -> BrokerMessage:
     if not isinstance(payload, Mapping):
         raise InvalidPayload("the stored payload is not a JSON object")
     topic = check_event_name(payload.get("topic"), "the stored topic")
-    event = event_from_document({k: v for k, v in payload.items() if k != "topic"})
-    message = event_message(topic, event)
+    # The stored envelope beside its topic; the envelope reads its own fields and no other.
+    event = event_from_document(payload)
     if row.trace_context is None:
-        return message
+        return event_message(topic, event)
     # The enqueue's W3C context travels in the headers, so a consumer channel's delivery links to
     # the original enqueue (ADR 0028).
-    return attrs.evolve(message, headers={**message.headers, **to_headers(row.trace_context)})
+    return event_message(topic, event, to_headers(row.trace_context))
 
 
-def event_message(topic: str, event: EventEnvelope) -> BrokerMessage:
+def event_message(
+    topic: str, event: EventEnvelope, headers: Mapping[str, str] | None = None
+) -> BrokerMessage:
     """The broker message of ``event`` on ``topic``: its CloudEvents body, the event id as the
-    message id, the partition key as the key, and the ``ce-*`` headers."""
+    message id, the partition key as the key, and the ``ce-*`` headers (then ``headers``)."""
     return BrokerMessage(
         subject=topic,
         key=event.key,
@@ -165,6 +167,7 @@ def event_message(topic: str, event: EventEnvelope) -> BrokerMessage:
             "ce-id": event.id,
             "ce-type": event.type,
             "ce-source": event.source,
+            **(headers or {}),
         },
     )
 
