@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from outbox_adapters.postgres.enqueue import enqueue_async
 from outbox_adapters.postgres.errors import mapped_outages
-from outbox_adapters.postgres.webhooks import statements
+from outbox_adapters.postgres.webhooks import report_statements, statements
 from outbox_adapters.postgres.webhooks.tables import DELIVERY_LANE
 from outbox_adapters.webhook_keys import (
     check_rotation,
@@ -312,8 +312,8 @@ class EndpointOps:
             "tenant": None if tenant is None else check_tenant(tenant),
         }
         async with self._pool.connection() as conn:
-            groups = await _all(conn, statements.DELIVERY_GROUPS, params)
-            counts = await _all(conn, statements.DELIVERY_COUNTS, params)
+            groups = await _all(conn, report_statements.DELIVERY_GROUPS, params)
+            counts = await _all(conn, report_statements.DELIVERY_COUNTS, params)
         return DeliveryReport(
             groups=tuple(
                 DeliveryGroup(

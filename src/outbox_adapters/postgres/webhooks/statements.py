@@ -3,6 +3,7 @@
 The tables have fixed names (:mod:`.tables`); the generic queue statements (the outbox row's fenced
 mark, the deliveries' claim and marks) are :mod:`outbox_adapters.postgres.statements`' templates,
 never copies. ``now`` is optional where a test needs to move time: ``coalesce(%(now)s, now())``.
+The operator's report on the deliveries is :mod:`.report_statements`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ __all__ = [
     "BORN_DELIVERIES",
     "CLONE_EVENT",
     "COMPLETE_REPLAY",
-    "DELIVERY_COUNTS",
-    "DELIVERY_GROUPS",
     "DELIVERY_TARGET",
     "DISABLE_ENDPOINT",
     "ENABLE_ENDPOINT",
@@ -369,39 +368,4 @@ CROSS JOIN LATERAL (
     WHERE d.endpoint_id = e.id AND d.lane = %(lane)s
 ) AS h
 WHERE e.id = %(id)s
-"""
-
-# --- the operator's report ------------------------------------------------------------------------
-
-#: Deliveries grouped by status and error, largest group first; the last status code and response
-#: snippet come from the group's most recent delivery (the payload keys the fenced marks patch in).
-DELIVERY_GROUPS = """
-SELECT d.status, d.last_error AS error, count(*) AS deliveries,
-       min(d.updated_at) AS first_at, max(d.updated_at) AS last_at,
-       (array_agg(d.payload ->> 'last_status' ORDER BY d.updated_at DESC, d.id DESC))[1]
-           AS last_status,
-       (array_agg(d.payload ->> 'response' ORDER BY d.updated_at DESC, d.id DESC))[1]
-           AS response,
-       array_agg(DISTINCT d.endpoint_id ORDER BY d.endpoint_id) AS endpoint_ids
-FROM outbox_webhook_delivery AS d
-WHERE d.lane = %(lane)s
-  AND (%(status)s::text IS NULL OR d.status = %(status)s::text)
-  AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
-  AND (%(tenant)s::text IS NULL
-       OR d.endpoint_id IN (SELECT id FROM outbox_webhook_endpoint WHERE tenant = %(tenant)s::text))
-GROUP BY d.status, d.last_error
-ORDER BY count(*) DESC, d.status, d.last_error NULLS FIRST
-LIMIT %(limit)s
-"""
-
-#: Deliveries per status, over the same filters.
-DELIVERY_COUNTS = """
-SELECT d.status, count(*) AS deliveries
-FROM outbox_webhook_delivery AS d
-WHERE d.lane = %(lane)s
-  AND (%(status)s::text IS NULL OR d.status = %(status)s::text)
-  AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
-  AND (%(tenant)s::text IS NULL
-       OR d.endpoint_id IN (SELECT id FROM outbox_webhook_endpoint WHERE tenant = %(tenant)s::text))
-GROUP BY d.status
 """
