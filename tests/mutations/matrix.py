@@ -304,8 +304,8 @@ MUTANTS += (
         f"{CONTRACT}::test_a_group_of_sent_marks_fences_each_row_and_counts_its_stale_ones[postgres]",
         _replace(
             "COUNT_STALE_MANY",
-            "WHERE id = ANY(%(ids)s::bigint[])\n",
-            "WHERE id = ANY(%(ids)s::bigint[]) AND false\n",
+            "WHERE id = ANY(%(ids)b::bigint[])\n",
+            "WHERE id = ANY(%(ids)b::bigint[]) AND false\n",
         ),
     ),
 )

@@ -23,7 +23,7 @@ __all__ = [
 REQUEUE_CANDIDATES_BY_ID = """
 SELECT id, status, scrubbed_at IS NOT NULL AS scrubbed
 FROM {queue}
-WHERE id = ANY(%(ids)s::bigint[])
+WHERE id = ANY(%(ids)b::bigint[])
 ORDER BY id
 FOR UPDATE
 """
@@ -61,7 +61,7 @@ REQUEUE = """
 WITH previous AS (
     SELECT id, attempts, last_error
     FROM {queue}
-    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'failed'
+    WHERE id = ANY(%(ids)b::bigint[]) AND status = 'failed'
     FOR UPDATE
 ),
 requeued AS (
@@ -98,7 +98,7 @@ REWRITE_PAYLOADS = """
 UPDATE {queue} AS m
 SET payload = r.payload::jsonb,
     updated_at = now()
-FROM unnest(%(ids)s::bigint[], %(digests)s::bytea[], %(payloads)s::text[])
+FROM unnest(%(ids)b::bigint[], %(digests)b::bytea[], %(payloads)b::text[])
      AS r(id, digest, payload)
 WHERE m.id = r.id
   AND sha256(convert_to(m.payload::text, 'UTF8')) = r.digest

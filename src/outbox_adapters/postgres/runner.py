@@ -55,8 +55,9 @@ class StatementRunner:
         binary: bool = False,
     ) -> R:
         """Run ``query`` as its own transaction (one round trip on an autocommit connection) on
-        the kept connection or a pooled one, and ``read`` its cursor. ``binary``: parameters and
-        results in PostgreSQL's binary format (arrays of many values dump several times faster)."""
+        the kept connection or a pooled one, and ``read`` its cursor. ``binary``: the results in
+        PostgreSQL's binary format. (A parameter's format is its placeholder's: ``%(name)b`` dumps
+        it in binary, which the statements use for their arrays of values.)"""
         cur = await self._take()
         ok = False
         try:

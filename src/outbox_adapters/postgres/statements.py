@@ -1,7 +1,9 @@
 """Every SQL statement the PostgreSQL store and enqueue run, one name each (the leader lease's two
 are in :mod:`.leader`).
 
-Parameters are psycopg's ``%(name)s``. ``now`` is optional everywhere: ``coalesce(%(now)s, now())``
+Parameters are psycopg's ``%(name)s``; an array of values is ``%(name)b``, dumped in PostgreSQL's
+binary format (a grouped mark's arrays of 500 values dump about four times faster than as text,
+where every element is quoted and escaped). ``now`` is optional everywhere: ``coalesce(%(now)s, now())``
 uses the database clock in production (one clock for every replica) and lets tests inject a time.
 
 The statements on a queue table are *templates*, one per operation for every queue table: ``{queue}``
@@ -256,7 +258,7 @@ SET status = v.status,
                    ELSE m.payload END,
     scrubbed_at = now(),
     updated_at = now()
-FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(statuses)s::text[], %(reasons)s::text[])
+FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(statuses)b::text[], %(reasons)b::text[])
     AS v(id, token, status, reason)
 WHERE m.id = v.id
   AND m.status = 'pending'
@@ -270,7 +272,7 @@ COUNT_STALE_MANY = """
 INSERT INTO outbox_stale_marks AS s (queue, lane, stale_marks, last_stale_at)
 SELECT {queue_name}, lane, count(*), now()
 FROM {queue}
-WHERE id = ANY(%(ids)s::bigint[])
+WHERE id = ANY(%(ids)b::bigint[])
 GROUP BY lane
 ON CONFLICT (queue, lane) DO UPDATE
 SET stale_marks = s.stale_marks + EXCLUDED.stale_marks, last_stale_at = now()
@@ -286,9 +288,9 @@ MARK_MANY = """
 WITH v AS (
     SELECT *
     FROM unnest(
-        %(ids)s::bigint[], %(tokens)s::text[], %(statuses)s::text[], %(reasons)s::text[],
-        %(retry_delays)s::interval[], %(scrubs)s::boolean[], %(patches)s::text[],
-        %(refunds)s::boolean[]
+        %(ids)b::bigint[], %(tokens)b::text[], %(statuses)b::text[], %(reasons)b::text[],
+        %(retry_delays)b::interval[], %(scrubs)b::boolean[], %(patches)b::text[],
+        %(refunds)b::boolean[]
     ) AS v(id, token, status, reason, retry_delay, scrub, patch, refund)
 ),
 marked AS (
@@ -338,7 +340,7 @@ SET enabled = false,
     disabled_reason = v.reason,
     disabled_at = now(),
     updated_at = now()
-FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS v(id, reason)
+FROM unnest(%(ids)b::bigint[], %(reasons)b::text[]) AS v(id, reason)
 JOIN {queue} AS d ON d.id = v.id
 WHERE e.id = d.endpoint_id
   AND e.enabled

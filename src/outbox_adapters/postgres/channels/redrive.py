@@ -36,7 +36,7 @@ __all__ = ["MARK_REDRIVEN", "REARM_REDRIVEN", "mark_redriven", "rearm_redriven"]
 MARK_REDRIVEN: Final = """
 UPDATE outbox_channel_parked
 SET redriven_at = now(), redriven_by = %(actor)s, redrive_reason = %(reason)s
-WHERE event_id = ANY(%(event_ids)s::text[]) AND redriven_at IS NULL
+WHERE event_id = ANY(%(event_ids)b::text[]) AND redriven_at IS NULL
 """
 
 #: One channel's lifted parks of one event: drop them, put each kind's failed row back to pending

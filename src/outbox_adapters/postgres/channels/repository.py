@@ -47,7 +47,7 @@ SELECT idempotency_key, status, attempts, last_error,
        CASE WHEN claim_token IS NOT NULL THEN 0
             ELSE GREATEST(EXTRACT(EPOCH FROM next_attempt_at - now()), 0) END AS wait
 FROM {table}
-WHERE lane = %(lane)s AND idempotency_key = ANY(%(keys)s) AND idempotency_key IS NOT NULL
+WHERE lane = %(lane)s AND idempotency_key = ANY(%(keys)b::text[]) AND idempotency_key IS NOT NULL
 """
 
 # An event's recipient rows, one statement: insert-or-nothing on (lane, idempotency key), as the
@@ -58,8 +58,8 @@ WITH created AS (
     INSERT INTO {queue} (lane, payload, idempotency_key, next_attempt_at, trace_context)
     SELECT %(lane)s, m.payload::jsonb, m.idempotency_key, coalesce(m.not_before, now()),
            m.trace_context
-    FROM unnest(%(payloads)s::text[], %(keys)s::text[], %(not_befores)s::timestamptz[],
-                %(trace_contexts)s::text[])
+    FROM unnest(%(payloads)b::text[], %(keys)b::text[], %(not_befores)b::timestamptz[],
+                %(trace_contexts)b::text[])
          WITH ORDINALITY AS m(payload, idempotency_key, not_before, trace_context, n)
     ORDER BY m.n
     ON CONFLICT (lane, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

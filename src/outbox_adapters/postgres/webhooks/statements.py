@@ -59,8 +59,8 @@ INSERT_EVENTS = """
 INSERT INTO outbox_webhook_event
     (msg_id, event_type, data, source_outbox_id, ordering_key, tenant)
 SELECT v.msg_id, v.event_type, v.data::jsonb, v.source_outbox_id, v.ordering_key, v.tenant
-FROM unnest(%(msg_ids)s::text[], %(event_types)s::text[], %(datas)s::text[],
-            %(source_outbox_ids)s::bigint[], %(ordering_keys)s::text[], %(tenants)s::text[])
+FROM unnest(%(msg_ids)b::text[], %(event_types)b::text[], %(datas)b::text[],
+            %(source_outbox_ids)b::bigint[], %(ordering_keys)b::text[], %(tenants)b::text[])
      WITH ORDINALITY
      AS v(msg_id, event_type, data, source_outbox_id, ordering_key, tenant, position)
 ORDER BY v.position
@@ -102,8 +102,8 @@ FROM (
     SELECT v.event_id, e.id AS endpoint_id, v.trace_context, v.ordering_key,
            CASE WHEN v.ordering_key IS NULL THEN false
                 ELSE EXISTS (
-                         SELECT FROM unnest(%(event_ids)s::bigint[], %(event_types)s::text[],
-                                            %(ordering_keys)s::text[], %(tenants)s::text[])
+                         SELECT FROM unnest(%(event_ids)b::bigint[], %(event_types)b::text[],
+                                            %(ordering_keys)b::text[], %(tenants)b::text[])
                                      AS o(event_id, event_type, ordering_key, tenant)
                          WHERE o.ordering_key = v.ordering_key
                            AND o.event_id < v.event_id
@@ -117,8 +117,8 @@ FROM (
                            AND d.status = 'pending'
                      )
            END AS waits
-    FROM unnest(%(event_ids)s::bigint[], %(event_types)s::text[], %(trace_contexts)s::text[],
-                %(ordering_keys)s::text[], %(tenants)s::text[])
+    FROM unnest(%(event_ids)b::bigint[], %(event_types)b::text[], %(trace_contexts)b::text[],
+                %(ordering_keys)b::text[], %(tenants)b::text[])
          AS v(event_id, event_type, trace_context, ordering_key, tenant)
     JOIN outbox_webhook_endpoint AS e
       ON e.tenant = v.tenant
@@ -209,7 +209,7 @@ SELECT d.id, d.event_id, d.endpoint_id, e.url, e.enabled, ev.msg_id, ev.event_ty
 FROM outbox_webhook_delivery AS d
 JOIN outbox_webhook_endpoint AS e ON e.id = d.endpoint_id
 JOIN outbox_webhook_event AS ev ON ev.id = d.event_id
-WHERE d.id = ANY(%(ids)s::bigint[])
+WHERE d.id = ANY(%(ids)b::bigint[])
 """
 
 # --- endpoints ------------------------------------------------------------------------------------
