@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -218,7 +219,10 @@ async def test_the_redis_rate_limit_is_shared_by_replicas(
         pytest.skip(f"no Redis at {url} (set OUTBOX_TEST_REDIS)")
     finally:
         await probe.aclose()
-    client_ip = f"198.51.100.{int(time.time()) % 250}"
+    # A client of its own every run: the limiter's keys outlive the test for the whole window
+    # (an hour), so a client an earlier run in that hour used would be refused from the start.
+    run = secrets.token_hex(6)
+    client_ip = f"2001:db8::{run[:4]}:{run[4:8]}:{run[8:]}"
     replicas = [
         service_settings(
             service_dsn,
@@ -237,7 +241,7 @@ async def test_the_redis_rate_limit_is_shared_by_replicas(
             async with httpx.AsyncClient(base_url=running.urls.app) as client:
                 answer = await client.post(
                     "/v1/signup",
-                    json=signup_body(f"redis{n}-{client_ip}"),
+                    json=signup_body(f"redis{n}-{run}"),
                     headers={"x-forwarded-for": client_ip},
                 )
                 codes.append(answer.status_code)
