@@ -51,21 +51,18 @@ class StatementRunner:
         query: str,
         params: Mapping[str, Any],
         read: Callable[[AsyncCursor[Any]], Awaitable[R]],
-        *,
-        binary: bool = False,
     ) -> R:
         """Run ``query`` as its own transaction (one round trip on an autocommit connection) on
-        the kept connection or a pooled one, and ``read`` its cursor. ``binary``: the results in
-        PostgreSQL's binary format. (A parameter's format is its placeholder's: ``%(name)b`` dumps
-        it in binary, which the statements use for their arrays of values.)"""
+        the kept connection or a pooled one, and ``read`` its cursor. (A parameter's format is its
+        placeholder's: the statements' arrays of values are ``%(name)b``, dumped in binary.)"""
         cur = await self._take()
         ok = False
         try:
             if cur.connection.autocommit:
-                result = await read(await cur.execute(query, params, binary=binary))
+                result = await read(await cur.execute(query, params))
             else:
                 async with cur.connection.transaction():
-                    result = await read(await cur.execute(query, params, binary=binary))
+                    result = await read(await cur.execute(query, params))
             ok = True
         finally:
             await self._give_back(cur, ok=ok)

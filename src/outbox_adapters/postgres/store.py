@@ -306,11 +306,7 @@ class PostgresStore(OperatorQueries):
                 continue
             params = mark_many_params(group)
             if not any(m.disable_endpoint for m in group):
-                # The group's eight arrays go in binary (``%(name)b``): about four times faster to
-                # dump than as text.
-                records = await self._runner.run(
-                    self._sql(statements.MARK_MANY), params, all_rows, binary=True
-                )
+                records = await self._runner.run(self._sql(statements.MARK_MANY), params, all_rows)
                 applied.update(r[0] for r in records)
                 continue
             async with self._pool.connection() as conn, conn.transaction():
@@ -325,9 +321,7 @@ class PostgresStore(OperatorQueries):
     async def _mark_sent_many(self, params: dict[str, Any]) -> set[int]:
         """Run ``MARK_SENT_MANY``; count the marks that matched nothing (``COUNT_STALE_MANY``, only
         then). The ids that applied."""
-        records = await self._runner.run(
-            self._sql(statements.MARK_SENT_MANY), params, all_rows, binary=True
-        )
+        records = await self._runner.run(self._sql(statements.MARK_SENT_MANY), params, all_rows)
         done = {r[0] for r in records}
         stale = [row_id for row_id in params["ids"] if row_id not in done]
         if stale:
