@@ -4,7 +4,8 @@ are in :mod:`.leader`).
 Parameters are psycopg's ``%(name)s``; an array of values is ``%(name)b``, dumped in PostgreSQL's
 binary format (a grouped mark's arrays of 500 values dump about four times faster than as text,
 where every element is quoted and escaped). ``now`` is optional everywhere:
-``coalesce(%(now)s, now())`` uses the database clock in production (one clock for every replica) and lets tests inject a time.
+``coalesce(%(now)s, now())`` uses the database clock in production (one clock for every replica)
+and lets tests inject a time.
 
 The statements on a queue table are *templates*, one per operation for every queue table: ``{queue}``
 stands for the table (quoted by :func:`render` with ``psycopg.sql.Identifier``) and
