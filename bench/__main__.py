@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench import (
+    blocked_keys,
     dispatch,
     enqueue,
     feed,
@@ -52,6 +53,7 @@ COMPARISONS: Final[dict[str, Callable[..., Any]]] = {
     "webhook_ordering": webhook_ordering.measure,
     "relay": relay.measure,
     "history": history.measure,
+    "blocked_keys": blocked_keys.measure,
     "retention": retention.measure,
     "enqueue": enqueue.measure,
     "latency": latency.measure,

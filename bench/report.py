@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench import report_messaging, retention, webhook_ordering
+from bench import blocked_keys, report_messaging, retention, webhook_ordering
 from bench.markdown import cell, get, plain, table, unavailable
 
 __all__ = ["markdown", "plain", "write"]
@@ -264,6 +264,7 @@ _SECTIONS = {
     "webhook_ordering": lambda r: webhook_ordering.section(r, cell),
     "relay": report_messaging.relay,
     "history": _history,
+    "blocked_keys": lambda r: blocked_keys.section(r, cell),
     "retention": lambda r: retention.section(r, cell),
     "enqueue": _enqueue,
     "latency": _latency,

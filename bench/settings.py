@@ -40,6 +40,8 @@ class Sizes:
     consumer_events: int
     #: Notifications inserted one at a time per feed push-latency series (bench/feed.py).
     feed_inserts: int
+    #: Events of blocked keys the per-key claim reads past (bench/blocked_keys.py).
+    blocked_rows: int
     #: Seconds one comparison may take before it is abandoned (the harness never hangs).
     comparison_timeout: float
 
@@ -59,6 +61,7 @@ QUICK: Final = Sizes(
     relay_events=2_000,
     consumer_events=200,
     feed_inserts=30,
+    blocked_rows=50_000,
     comparison_timeout=240.0,
 )
 
@@ -79,5 +82,6 @@ FULL: Final = Sizes(
     relay_events=10_000,
     consumer_events=1_000,
     feed_inserts=100,
+    blocked_rows=200_000,
     comparison_timeout=3_600.0,
 )

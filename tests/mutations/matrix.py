@@ -664,6 +664,20 @@ def _never_held_back(batch: Any, key: str) -> bool:
 _PER_KEY_ORDER = claim_forms.per_key_order
 
 
+#: The per-key claim's first guard as a probe of the key-order index per candidate.
+_BLOCKED_PROBED_PER_CANDIDATE = """      AND NOT EXISTS (
+          SELECT FROM {queue} AS earlier
+          WHERE earlier.lane = {queue}.lane
+            AND earlier.{key} = {queue}.{key}
+            AND earlier.status = 'pending'
+            AND earlier.id < {queue}.id
+            AND earlier.next_attempt_at > coalesce(%(now)s::timestamptz, now())
+            AND (earlier.claim_token IS NULL
+                 OR earlier.claim_token IS DISTINCT FROM %(ahead_of)s::text)
+      )
+"""
+
+
 def _ahead_of_anyone(claim: str, key: str) -> str:
     """The mutant of claim_forms.per_key_order: a claim made ahead lets EVERY leased row stop
     holding its key back, not only the rows of the batch it names."""
@@ -709,6 +723,14 @@ MUTANTS += (
         "drop the due-level guard (the later rows fill the batch, then the second guard drops them)",
         f"{EVENT_CLAIM}::test_a_blocked_key_does_not_freeze_the_other_keys",
         (claim_forms, "_KEY_NOT_BLOCKED", ""),
+    ),
+    Mutant(
+        "event-claim-blocked-keys-probed-per-candidate",
+        "the per-key claim reads the blocked keys once a claim, not once a candidate",
+        "check each candidate's earlier rows in the key-order index (a claim walks every due row"
+        " of the blocked keys, each with its probe)",
+        f"{EVENT_CLAIM}::test_the_claim_reads_the_blocked_keys_once_not_once_a_candidate",
+        (claim_forms, "_KEY_NOT_BLOCKED", _BLOCKED_PROBED_PER_CANDIDATE),
     ),
     Mutant(
         "event-claim-key-order-ignores-locked-earlier-row",
