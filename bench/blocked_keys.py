@@ -194,4 +194,5 @@ def section(r: Mapping[str, Any], cell: Callable[[Mapping[str, Any], str], str])
         "| state | rows claimed | claim, ms | first guard probed per candidate, ms | probe / claim |",
         "| --- | --- | --- | --- | --- |",
         *body,
+        "",
     ]
