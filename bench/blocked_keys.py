@@ -14,8 +14,8 @@ client sees it:
 - ``no_key_blocked``: 2,000 events over 50 keys, the first 500 leased by the batch this claim is
   made ahead of (the relay's every claim in a drain, ADR 0023): a claim of 500.
 
-The probe-per-candidate form is the first guard as it was until 2026-12-07 (kept here as the
-comparison's other side, not in the library).
+The probe-per-candidate form is the first guard as it was until 2026-12-07: the mutation matrix's
+``event-claim-blocked-keys-probed-per-candidate`` (``tests/mutations/matrix.py``), not the library's.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 import psycopg
+from tests.mutations.matrix import BLOCKED_PROBED_PER_CANDIDATE
 
 from bench.server import fresh_database
 from bench.settings import Sizes
@@ -38,18 +39,6 @@ __all__ = ["measure"]
 
 KEYS: Final = 1_000
 OTHERS: Final = 5_000
-#: The first guard as a probe of the key-order index for each candidate.
-PROBE_PER_CANDIDATE: Final = """      AND NOT EXISTS (
-          SELECT FROM {queue} AS earlier
-          WHERE earlier.lane = {queue}.lane
-            AND earlier.{key} = {queue}.{key}
-            AND earlier.status = 'pending'
-            AND earlier.id < {queue}.id
-            AND earlier.next_attempt_at > coalesce(%(now)s::timestamptz, now())
-            AND (earlier.claim_token IS NULL
-                 OR earlier.claim_token IS DISTINCT FROM %(ahead_of)s::text)
-      )
-"""
 _INSERT: Final = """
 INSERT INTO outbox_event (lane, payload)
 SELECT %(lane)s, jsonb_build_object(
@@ -75,7 +64,7 @@ def _claims() -> dict[str, str]:
     library = claim_forms.per_key_order(statements.CLAIM, "partition_key")
     probe = library.replace(
         claim_forms._KEY_NOT_BLOCKED.replace("{key}", '"partition_key"'),  # noqa: SLF001
-        PROBE_PER_CANDIDATE.replace("{key}", '"partition_key"'),
+        BLOCKED_PROBED_PER_CANDIDATE.replace("{key}", '"partition_key"'),
     )
     if probe == library:
         raise LookupError(

@@ -179,6 +179,19 @@ async def test_other_tables_claim_in_due_order_without_a_key(dsn: str) -> None:
         assert len(await plain.claim_due(claim())) == 1
 
 
+def _plan_params() -> dict[str, Any]:
+    """The parameters of a claim of 500 that is explained, not run."""
+    return {
+        "lane": LANE,
+        "limit": 500,
+        "lease": LEASE,
+        "token": "plan-check-token",
+        "now": None,
+        "floor": None,
+        "ahead_of": None,
+    }
+
+
 def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", ()):
@@ -203,15 +216,7 @@ async def test_the_claim_checks_each_candidate_s_earlier_rows_in_the_key_index(d
         claim_sql = statements.render(
             claim_forms.per_key_order(statements.CLAIM, "partition_key"), outbox_event
         )
-        params = {
-            "lane": LANE,
-            "limit": 500,
-            "lease": LEASE,
-            "token": "plan-check-token",
-            "now": None,
-            "floor": None,
-            "ahead_of": None,
-        }
+        params = _plan_params()
         row = await (await conn.execute("EXPLAIN (FORMAT JSON) " + claim_sql, params)).fetchone()
     assert row is not None
     nodes = list(_plan_nodes(row[0][0]["Plan"]))
@@ -262,15 +267,7 @@ async def test_the_claim_reads_the_blocked_keys_once_not_once_a_candidate(
         claim_sql = statements.render(
             claim_forms.per_key_order(statements.CLAIM, "partition_key"), outbox_event
         )
-        params = {
-            "lane": LANE,
-            "limit": 500,
-            "lease": LEASE,
-            "token": "plan-check-token",
-            "now": None,
-            "floor": None,
-            "ahead_of": None,
-        }
+        params = _plan_params()
         async with conn.transaction(force_rollback=True):
             row = await (
                 await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim_sql, params)

@@ -664,8 +664,9 @@ def _never_held_back(batch: Any, key: str) -> bool:
 _PER_KEY_ORDER = claim_forms.per_key_order
 
 
-#: The per-key claim's first guard as a probe of the key-order index per candidate.
-_BLOCKED_PROBED_PER_CANDIDATE = """      AND NOT EXISTS (
+#: The per-key claim's first guard as a probe of the key-order index per candidate (also the other
+#: side of bench/blocked_keys.py's comparison).
+BLOCKED_PROBED_PER_CANDIDATE = """      AND NOT EXISTS (
           SELECT FROM {queue} AS earlier
           WHERE earlier.lane = {queue}.lane
             AND earlier.{key} = {queue}.{key}
@@ -730,7 +731,7 @@ MUTANTS += (
         "check each candidate's earlier rows in the key-order index (a claim walks every due row"
         " of the blocked keys, each with its probe)",
         f"{EVENT_CLAIM}::test_the_claim_reads_the_blocked_keys_once_not_once_a_candidate",
-        (claim_forms, "_KEY_NOT_BLOCKED", _BLOCKED_PROBED_PER_CANDIDATE),
+        (claim_forms, "_KEY_NOT_BLOCKED", BLOCKED_PROBED_PER_CANDIDATE),
     ),
     Mutant(
         "event-claim-key-order-ignores-locked-earlier-row",
