@@ -27,7 +27,6 @@ from datetime import timedelta
 from typing import Any, Final
 
 import psycopg
-from tests.mutations.matrix import BLOCKED_PROBED_PER_CANDIDATE
 
 from bench.server import fresh_database
 from bench.settings import Sizes
@@ -61,6 +60,9 @@ WHERE id IN (SELECT id FROM outbox_event ORDER BY id LIMIT 500)
 
 def _claims() -> dict[str, str]:
     """The store's per-key claim and the probe-per-candidate one, rendered for outbox_event."""
+    # The matrix imports every adapter: only this comparison pays for it, and only when it runs.
+    from tests.mutations.matrix import BLOCKED_PROBED_PER_CANDIDATE  # noqa: PLC0415
+
     library = claim_forms.per_key_order(statements.CLAIM, "partition_key")
     probe = library.replace(
         claim_forms._KEY_NOT_BLOCKED.replace("{key}", '"partition_key"'),  # noqa: SLF001
